@@ -1,0 +1,101 @@
+"""Permutations and the permuted-Kronecker (PK) mixing layer (Hayase & Karakida Sec. 5.1-5.2, App. A.2.3).
+
+Conventions. A feature map is stored as a row-major tensor ``x`` of shape (B, S, C); per sample its flat
+storage is ``x.reshape(B, S*C)``, which is vec(Xᵀ) = J_c vec(X) in the paper's column-stacking notation.
+A permutation here is an index tensor ``idx`` acting on flat vectors by gathering: ``(J v)[i] = v[idx[i]]``.
+It is never materialised as an m x m matrix.
+
+The PK layer PK_W(X; J₁, J₂) = J₂ (I ⊗ W) J₁ vec(X) is realised by gathering with J₁, viewing the result as
+``n_blocks`` rows of ``in_features``, applying the mixing MLP to each row (that is the Kronecker factor
+I ⊗ W: a row-major (n, k) view of a vector is mat(·)ᵀ of the paper, and a Linear on its last axis is W·mat),
+flattening, and gathering with J₂. The normal Mixer's token mixing is the case J₁ = transpose (the gather
+that turns storage vec(Xᵀ) into vec(X)) and J₂ = its inverse; its channel mixing is J₁ = J₂ = identity. Both
+run as plain transposes. An RP layer (S.13) draws J₁ and J₂ uniformly at random once, keeps them frozen as
+``int64`` buffers in the state dict, and runs as two gathers.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import nn
+
+Axis = Literal["token", "channel"]
+
+
+def transpose_index(rows: int, cols: int) -> torch.Tensor:
+    """Gather index that maps the flat row-major storage of a (rows, cols) matrix to that of its transpose.
+
+    With ``v = A.reshape(-1)``, ``v[transpose_index(r, c)] == A.T.reshape(-1)``. For A = Xᵀ (storage of a
+    (S, C) feature map) this is the commutation matrix J_c acting on vec(X) (Def. 3.1).
+    """
+    return torch.arange(rows * cols, device="cpu").view(rows, cols).t().reshape(-1)
+
+
+def random_permutation(m: int, generator: torch.Generator) -> torch.Tensor:
+    """A uniformly random permutation of ``range(m)`` as a gather index (App. B.2)."""
+    return torch.randperm(m, generator=generator, device="cpu")
+
+
+def inverse_permutation(idx: torch.Tensor) -> torch.Tensor:
+    inv = torch.empty_like(idx)
+    inv[idx] = torch.arange(idx.numel(), device=idx.device)
+    return inv
+
+
+class PKMixing(nn.Module):
+    """Token or channel mixing of a (B, S, C) feature map, optionally with frozen random permutations.
+
+    ``mlp`` acts on the last axis, mapping ``in_features`` to ``out_features``. Token mixing maps
+    (B, S_in, C) -> (B, S_out, C) with ``in_features = S_in``; channel mixing maps (B, S, C_in) ->
+    (B, S, C_out). With ``permute=True`` the input and output are shuffled by the frozen gathers
+    ``in_index`` (length S_in*C) and ``out_index`` (length S_out*C), drawn from ``generator``.
+    """
+
+    def __init__(self, mlp: nn.Module, axis: Axis, other: int, in_features: int, out_features: int,
+                 permute: bool = False, generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        if axis not in ("token", "channel"):
+            raise ValueError(f"axis must be 'token' or 'channel', got {axis!r}")
+        self.mlp = mlp
+        self.axis: Axis = axis
+        self.other = other  # C for token mixing, S for channel mixing: the number of Kronecker blocks
+        self.in_features = in_features
+        self.out_features = out_features
+        self.permuted = permute
+        if permute:
+            if generator is None:
+                raise ValueError("a permuted PKMixing needs a generator")
+            self.register_buffer("in_index", random_permutation(other * in_features, generator))
+            self.register_buffer("out_index", random_permutation(other * out_features, generator))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B = x.shape[0]
+        if not self.permuted:
+            if self.axis == "channel":
+                return self.mlp(x)  # (B, S, C_in) -> (B, S, C_out)
+            return self.mlp(x.transpose(1, 2)).transpose(1, 2)  # (B, C, S_in) -> (B, C, S_out) -> (B, S_out, C)
+        y = x.reshape(B, -1).index_select(1, self.in_index)  # J₁ vec: (B, other * in)
+        y = self.mlp(y.view(B, self.other, self.in_features))  # (I ⊗ W): (B, other, out)
+        y = y.reshape(B, -1).index_select(1, self.out_index)  # J₂: (B, other * out)
+        if self.axis == "token":
+            return y.view(B, self.out_features, self.other)  # (B, S_out, C)
+        return y.view(B, self.other, self.out_features)  # (B, S, C_out)
+
+    def gather_indices(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(J₁, J₂) as gather indices on flat row-major storage, for the normal case too (Eq. 19, S.21-S.23).
+
+        The block view in between is ``(other, features)`` row-major; the input and output storage are the
+        (B, S, C) feature maps.
+        """
+        if self.permuted:
+            return self.in_index, self.out_index
+        n = self.other
+        if self.axis == "channel":
+            return torch.arange(n * self.in_features), torch.arange(n * self.out_features)
+        # storage (S_in, C) -> blocks (C, S_in); blocks (C, S_out) -> storage (S_out, C)
+        return transpose_index(self.in_features, n), transpose_index(n, self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"axis={self.axis}, blocks={self.other}, in={self.in_features}, out={self.out_features}, "
+                f"permuted={self.permuted}")

@@ -1,0 +1,47 @@
+"""Kronecker and Monarch linear layers (Hayase & Karakida Sec. 3.3, Eq. 12, Cor. 3.4; Dao et al. 2022).
+
+Both act on x ∈ R^{n}, n = n1·n2, in the paper's vec convention: the row-major (n1, n2) view of x is mat(x)ᵀ
+with mat(x) ∈ R^{n2×n1}.
+
+* :class:`KroneckerLinear`: x -> (V ⊗ W) x = vec(W mat(x) Vᵀ), V ∈ R^{n1×n1}, W ∈ R^{n2×n2}.
+* :class:`MonarchLinear`: x -> J_cᵀ L J_c R x with R = diag(R_1..R_{n1}) (n1 blocks n2×n2) and
+  L = diag(L_1..L_{n2}) (n2 blocks n1×n1); J_c is the commutation matrix of an n2×n1 matrix. With all
+  R_i = W and all L_j = V this is V ⊗ W (Cor. 3.4 with weight-shared blocks).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..errors import check_positive_int
+
+
+class KroneckerLinear(nn.Module):
+    """(V ⊗ W) x: n1² + n2² parameters for an n×n map."""
+
+    def __init__(self, n1: int, n2: int) -> None:
+        super().__init__()
+        self.n1, self.n2 = check_positive_int("n1", n1), check_positive_int("n2", n2)
+        self.V = nn.Parameter(torch.randn(n1, n1) / math.sqrt(n1))
+        self.W = nn.Parameter(torch.randn(n2, n2) / math.sqrt(n2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, n) -> (B, n)
+        y = x.view(-1, self.n1, self.n2) @ self.W.t()  # (B, n1, n2): mat(x)ᵀ Wᵀ
+        return torch.matmul(self.V, y).reshape(x.shape)  # V mat(x)ᵀ Wᵀ = (W mat(x) Vᵀ)ᵀ
+
+
+class MonarchLinear(nn.Module):
+    """J_cᵀ L J_c R x with free blocks: n1·n2² + n2·n1² parameters for an n×n map."""
+
+    def __init__(self, n1: int, n2: int) -> None:
+        super().__init__()
+        self.n1, self.n2 = check_positive_int("n1", n1), check_positive_int("n2", n2)
+        self.R = nn.Parameter(torch.randn(n1, n2, n2) / math.sqrt(n2))  # n1 blocks acting on length n2
+        self.L = nn.Parameter(torch.randn(n2, n1, n1) / math.sqrt(n1))  # n2 blocks acting on length n1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, n) -> (B, n)
+        y = torch.einsum("bij,ikj->bik", x.view(-1, self.n1, self.n2), self.R)  # R: block i on row i
+        z = torch.einsum("bij,ikj->bik", y.transpose(1, 2), self.L)  # J_c, then L: (B, n2, n1)
+        return z.transpose(1, 2).reshape(x.shape)  # J_cᵀ

@@ -1,0 +1,41 @@
+"""What every model reports about itself: size, shape of the effective wide MLP, connections (Sec. 4.1)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Parameters and the effective-MLP view of a model (Hayase & Karakida Eqs. 13-15).
+
+    ``mixing_layers`` counts the hidden linear layers of the effective MLP; ``connections`` is Ω, the average number of non-zero entries of the effective weight per hidden layer;
+    ``effective_width`` is m (S·C for a Mixer, the layer width for an MLP) and ``max_width`` the widest
+    hidden layer (γm for MLP blocks); ``density`` is the mean fraction of non-zero entries, Ω / (in·out).
+    """
+
+    family: str
+    params: int
+    num_tokens: int | None
+    embed_dim: int | None
+    gamma_token: float | None
+    gamma_channel: float | None
+    depth: int
+    mixing_layers: int
+    connections: float
+    effective_width: int
+    max_width: int
+    density: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def gamma(self) -> str:
+        """γ as printed in tables: one number, or token/channel when they differ."""
+        if self.gamma_token is None and self.gamma_channel is None:
+            return "-"
+        if self.gamma_channel is None or self.gamma_token == self.gamma_channel:
+            return f"{self.gamma_token:.3g}"
+        if self.gamma_token is None:
+            return f"{self.gamma_channel:.3g}"
+        return f"{self.gamma_token:.3g}/{self.gamma_channel:.3g}"

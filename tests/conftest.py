@@ -1,0 +1,20 @@
+import pytest
+import torch
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).detach().norm() / b.detach().norm())
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def perturb_(model: torch.nn.Module, scale: float = 0.1) -> torch.nn.Module:
+    """Move every parameter off its initial value (zero biases, unit LayerNorm, zero head) so that every
+    term of the forward pass matters in a comparison."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * scale)
+    return model

@@ -1,0 +1,159 @@
+"""Each equivalence of the effective wide MLP against explicit dense matrices, in float64 (Sec. 3, 5)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pkmixer
+from pkmixer.layers.pk import PKMixing, transpose_index
+from pkmixer.layers.mlp import FcAct, Mlp
+from pkmixer.theory.effective import (bare_smixer, bare_smixer_vec, commutation_matrix, effective_mlp,
+                                      kron_identity, mixer_monarch_factors, permutation_matrix,
+                                      pk_effective_layers, unvec, vec)
+
+from conftest import perturb_, rel_err
+
+TOL = 1e-10
+
+
+def test_vec_is_column_stacking():
+    X = torch.arange(6.0).view(2, 3)  # [[0,1,2],[3,4,5]]
+    assert vec(X).tolist() == [0, 3, 1, 4, 2, 5]
+    assert torch.equal(unvec(vec(X), 2, 3), X)
+
+
+@pytest.mark.parametrize("S,C", [(3, 5), (4, 4), (7, 2)])
+def test_commutation_matrix(S, C):
+    X = torch.randn(S, C, dtype=torch.float64)
+    Jc = commutation_matrix(S, C).to_dense()
+    assert torch.equal(Jc @ vec(X), vec(X.t()))
+    assert torch.equal(Jc.t() @ Jc, torch.eye(S * C, dtype=torch.float64))
+    # row-major storage of X is vec(Xᵀ) = J_c vec(X); transpose_index is J_c as a gather on storage
+    assert torch.equal(X.reshape(-1), Jc @ vec(X))
+    assert torch.equal(X.t().reshape(-1)[transpose_index(C, S)], X.reshape(-1))
+
+
+def test_kron_identity_and_eq6():
+    S, C = 4, 3
+    W, V = torch.randn(S, S, dtype=torch.float64), torch.randn(C, C, dtype=torch.float64)
+    X = torch.randn(S, C, dtype=torch.float64)
+    assert torch.equal(kron_identity(C, W).to_dense(), torch.kron(torch.eye(C, dtype=torch.float64), W))
+    assert rel_err(torch.kron(V.t().contiguous(), W) @ vec(X), vec(W @ X @ V)) < TOL  # Eq. 6
+    Jc = commutation_matrix(S, C).to_dense()
+    assert rel_err(Jc.t() @ kron_identity(S, V.t()).to_dense() @ Jc, torch.kron(V.t().contiguous(), torch.eye(S, dtype=torch.float64))) < TOL
+
+
+@pytest.mark.parametrize("S,C", [(5, 3), (4, 6), (8, 8)])
+def test_prop_3_2_bare_smixer(S, C):
+    W, V = torch.randn(S, S, dtype=torch.float64), torch.randn(C, C, dtype=torch.float64)
+    X = torch.randn(2, S, C, dtype=torch.float64)
+    H = bare_smixer(X, W, V)
+    assert rel_err(bare_smixer_vec(vec(X), W, V), vec(H)) < TOL
+
+
+@pytest.mark.parametrize("S,C", [(5, 3), (6, 6)])
+def test_cor_3_4_monarch(S, C):
+    W, V = torch.randn(S, S, dtype=torch.float64), torch.randn(C, C, dtype=torch.float64)
+    X = torch.randn(S, C, dtype=torch.float64)
+    L, R, M = mixer_monarch_factors(W, V)
+    M = M.to_dense()
+    assert rel_err(F.gelu(M @ vec(X)), vec(F.gelu(W @ X @ V))) < TOL
+    assert rel_err(M, torch.kron(V.t().contiguous(), W)) < TOL
+    # L and R are block diagonal with S (resp. C) shared blocks
+    assert torch.equal(R.to_dense()[:S, :S], W) and torch.equal(R.to_dense()[S:2 * S, S:2 * S], W)
+    assert torch.equal(L.to_dense()[:C, :C], V.t())
+
+
+def _mixing(axis, S_in, S_out, C, kind, permute, hidden=None):
+    g = torch.Generator().manual_seed(1)
+    n_in, n_out = (S_in, S_out) if axis == "token" else (C, C)
+    mlp = Mlp(n_in, hidden, n_out, torch.nn.Identity) if kind == "mlp" else FcAct(n_in, None, n_out, torch.nn.Identity)
+    other = C if axis == "token" else S_in
+    return perturb_(PKMixing(mlp, axis, other, n_in, n_out, permute=permute, generator=g).double())
+
+
+def test_normal_token_mixing_is_I_kron_W():
+    S, C = 5, 3
+    mix = _mixing("token", S, S, C, "fc", False)
+    (layer,) = pk_effective_layers(mix, "t", S, S, C)
+    W = mix.mlp.fc.weight.detach()
+    assert torch.equal(layer.weight.to_dense(), torch.kron(torch.eye(C, dtype=torch.float64), W))  # Eq. 8
+    assert layer.density == pytest.approx(1 / C)
+
+
+def test_normal_channel_mixing_is_V_kron_I():
+    S, C = 5, 3
+    mix = _mixing("channel", S, S, C, "fc", False)
+    (layer,) = pk_effective_layers(mix, "c", S, S, C)
+    Vt = mix.mlp.fc.weight.detach()  # Linear computes X Vᵀ... i.e. X V with V = weightᵀ
+    assert torch.equal(layer.weight.to_dense(), torch.kron(Vt, torch.eye(S, dtype=torch.float64)))  # Eq. 7
+    assert layer.density == pytest.approx(1 / S)
+
+
+@pytest.mark.parametrize("axis", ["token", "channel"])
+@pytest.mark.parametrize("S,C", [(4, 6), (5, 5)])
+def test_eq19_rp_layer(axis, S, C):
+    """J₂ (I ⊗ W) J₁ has W's singular values, each repeated; it equals the layer on every input."""
+    mix = _mixing(axis, S, S, C, "fc", True)
+    (layer,) = pk_effective_layers(mix, "rp", S, S, C)
+    E = layer.weight.to_dense()
+    J1, J2 = mix.gather_indices()
+    Jc = commutation_matrix(S, C).to_dense()
+    n = mix.other
+    W = mix.mlp.fc.weight.detach()
+    expected = Jc.t() @ permutation_matrix(J2).to_dense() @ torch.kron(torch.eye(n, dtype=torch.float64), W) \
+        @ permutation_matrix(J1).to_dense() @ Jc
+    assert torch.equal(E, expected)
+    sv_E = torch.linalg.svdvals(E)
+    sv_W = torch.linalg.svdvals(W).repeat_interleave(n)
+    assert rel_err(sv_E, sv_W.sort(descending=True).values) < TOL
+    X = torch.randn(3, S, C, dtype=torch.float64)
+    out = mix(X)  # (3, S, C) with identity activation: a linear map plus the repeated bias
+    assert rel_err(layer(vec(X)), vec(out)) < TOL
+    # an RP layer is not block diagonal: its effective weight differs from the normal layer's
+    assert not torch.equal(E, torch.kron(torch.eye(n, dtype=torch.float64), W) if axis == "token" else
+                           torch.kron(W, torch.eye(n, dtype=torch.float64)))
+
+
+MODEL_CASES = [
+    ("smixer_s64_32", dict(depth=2, embed_dim=12)),  # S = 64 ≠ C = 12
+    ("smixer_s64_32", dict(depth=2, embed_dim=10, num_tokens=20)),  # S0 = 64 -> S = 20, skip layer
+    ("rp_smixer_s64_32", dict(depth=3, embed_dim=10, num_tokens=7)),
+    ("mixer_f2_32", dict(depth=2, embed_dim=9)),  # γ = 2
+    ("mixer_f2_32", dict(depth=2, embed_dim=9, mlp_ratio=(0.5, 3.0))),  # γ_token ≠ γ_channel
+    ("rp_mixer_s64_32", dict(depth=2, embed_dim=8, num_tokens=11, mlp_ratio=1.5)),
+    ("mixer_s16_224", dict(img_size=48, patch_size=8, depth=3, embed_dim=16, token_hidden=10, channel_hidden=24,
+                           rp_blocks=[1])),  # Fig. S.4: a single RP block
+    ("smixer_t4_28", dict(depth=2, act="relu")),
+    ("swmlp_t4_28", dict(depth=2)),
+    ("swmlp_f2_32", dict(embed_dim=4, width=300, depth=2, density=0.1)),
+    ("swmlp_f2_32", dict(embed_dim=4, width=200, depth=2, density=0.2, weight_format="masked")),
+    ("shallow_dense_28", {}),
+    ("shallow_kronecker_28", {}),
+    ("shallow_monarch_28", dict(factors=(49, 16))),
+]
+
+
+@pytest.mark.parametrize("name,overrides", MODEL_CASES)
+def test_model_equals_its_effective_mlp(name, overrides):
+    model = perturb_(pkmixer.create_model(name, **overrides).double().eval())
+    x = torch.randn(3, model.in_chans, model.img_size, model.img_size, dtype=torch.float64)
+    eff = effective_mlp(model)
+    with torch.no_grad():
+        assert rel_err(eff(x), model(x)) < TOL
+    # every effective layer is an explicit sparse matrix with the density the model reports
+    info = model.info()
+    layers = eff.layers()
+    assert all(layer.weight.is_sparse for layer in layers)
+    if info.family in ("S-Mixer", "MLP-Mixer"):
+        assert sum(layer.weight._nnz() for layer in layers) / len(layers) == pytest.approx(info.connections, rel=0.05)
+
+
+def test_effective_mlp_detects_a_wrong_permutation():
+    """The comparison can fail: corrupting one frozen permutation breaks the equivalence."""
+    model = perturb_(pkmixer.create_model("rp_smixer_s64_32", depth=2, embed_dim=8).double().eval())
+    eff = effective_mlp(model)
+    idx = model.blocks[1].token.mixing.in_index
+    idx[[0, 1]] = idx[[1, 0]]
+    x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    with torch.no_grad():
+        assert rel_err(eff(x), model(x)) > 1e-6

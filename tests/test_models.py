@@ -1,0 +1,145 @@
+"""Every registered model: forward shape, backward, state-dict round trip, structure seeds, description."""
+import pytest
+import torch
+
+import pkmixer
+from pkmixer.models.registry import model_entry
+
+# the largest models run at depth 2 by default (same widths); full depth under -m slow
+BIG = {"mixer_l32_224", "mixer_l16_224", "mixer_h14_224"}
+ALL = pkmixer.list_models()
+
+
+def _build(name: str, **overrides) -> torch.nn.Module:
+    if name in BIG:
+        overrides.setdefault("depth", 2)
+    return pkmixer.create_model(name, **overrides)
+
+
+def _has_random_structure(model: torch.nn.Module) -> bool:
+    return any(n.endswith(("in_index", "out_index", "mask", "indices")) for n, _ in model.named_buffers())
+
+
+def _structure(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: b for n, b in model.named_buffers() if n.endswith(("in_index", "out_index", "mask", "indices"))}
+
+
+def _input(model: torch.nn.Module, batch: int = 2) -> torch.Tensor:
+    return torch.randn(batch, model.in_chans, model.img_size, model.img_size)
+
+
+def _check_model(name: str, **overrides) -> None:
+    model = _build(name, **overrides)
+    x = _input(model)
+    out = model(x)
+    assert out.shape == (2, model.num_classes)
+    assert torch.isfinite(out).all()
+    # the head starts at zero (Listing 1); give it weights so gradients reach every layer
+    torch.nn.init.normal_(model.head.weight, std=0.1)
+    model(x).square().mean().backward()
+    for n, p in model.named_parameters():
+        assert p.grad is not None, f"{n} got no gradient"
+        assert torch.isfinite(p.grad).all(), n
+    assert model.stem.weight.grad.abs().sum() > 0 if hasattr(model, "stem") else model.fc1 is not None
+
+    # state dict round trip into a model with other random structure keeps permutations and masks
+    model.eval()
+    state = model.state_dict()
+    other = _build(name, **overrides, structure_seed=123) if "structure_seed" in model_entry(name).accepted() \
+        else _build(name, **overrides)
+    other.load_state_dict(state)
+    other.eval()
+    for key, buf in _structure(model).items():
+        assert torch.equal(dict(other.named_buffers())[key], buf)
+    with torch.no_grad():
+        assert torch.equal(other(x), model(x))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_registered_model(name):
+    _check_model(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(BIG))
+def test_big_model_full_depth(name):
+    _check_model(name, depth=model_entry(name).defaults["depth"])
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if n.startswith(("rp_", "swmlp_"))] + ["mixer_s16_224"])
+def test_structure_seed(name):
+    extra = {} if name.startswith(("rp_", "swmlp_")) else {"img_size": 64, "depth": 3, "rp_blocks": [0, 2]}
+    a = _build(name, structure_seed=0, **extra)
+    b = _build(name, structure_seed=0, **extra)
+    c = _build(name, structure_seed=1, **extra)
+    sa, sb, sc = _structure(a), _structure(b), _structure(c)
+    assert sa and sa.keys() == sb.keys() == sc.keys()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert all(sa[k].shape != sc[k].shape or not torch.equal(sa[k], sc[k]) for k in sa)
+
+
+def test_only_chosen_blocks_are_rp():
+    model = pkmixer.create_model("smixer_s64_32", depth=4, rp_blocks=[0, -1])
+    assert [blk.token.mixing.permuted for blk in model.blocks] == [True, False, False, True]
+    assert [blk.channel.mixing.permuted for blk in model.blocks] == [True, False, False, True]
+    assert sum(1 for n, _ in model.named_buffers() if n.endswith("_index")) == 8
+
+
+def test_published_sizes():
+    """Tolstikhin et al. Table 1 sizes and parameter counts (timm's mixer_* agree)."""
+    sizes = {name: pkmixer.create_model(name, depth=1) for name in ["mixer_s16_224"]}
+    assert sizes["mixer_s16_224"].token_hidden == 256 and sizes["mixer_s16_224"].channel_hidden == 2048
+    with torch.device("meta"):
+        b16 = pkmixer.create_model("mixer_b16_224").info()
+        s16 = pkmixer.create_model("mixer_s16_224").info()
+    assert b16.params == 59_880_472  # "59.9M"
+    assert s16.params == 18_528_264  # "18.5M"
+    assert (b16.num_tokens, b16.embed_dim, b16.effective_width, b16.max_width) == (196, 768, 150528, 602112)
+    assert b16.connections == pytest.approx(2.6e8, rel=0.01)  # Hayase & Karakida Table 1, Mixer-B/16
+
+
+def test_connections_follow_eq14():
+    for S, C, gamma in [(16, 24, 2.0), (64, 64, 4.0), (30, 12, 1.0)]:
+        m = pkmixer.create_model("mixer_f2_32", depth=2, embed_dim=C, num_tokens=S, mlp_ratio=gamma)
+        # the first block maps S0 = 64 -> S, so count block 2 alone: Ω = γ(CS² + C²S)/2 per layer
+        second = pkmixer.create_model("mixer_f2_32", depth=1, embed_dim=C, mlp_ratio=gamma, img_size=4 * int(S ** 0.5)) \
+            if int(S ** 0.5) ** 2 == S else None
+        if second is not None:
+            assert second.info().connections == pytest.approx(gamma * (C * S * S + C * C * S) / 2)
+        assert m.info().effective_width == S * C
+    s = pkmixer.create_model("smixer_s64_32").info()
+    assert s.connections == (64 * 64 ** 2 + 64 ** 2 * 64) / 2  # S-Mixer: γ = 1
+    sw = pkmixer.create_model("swmlp_o18_32").info()
+    assert sw.connections == pytest.approx(0.1 * 1619 ** 2, rel=0.01)  # Ω = p γ m² (Eq. 13)
+    assert sw.density == pytest.approx(0.1, rel=0.01)
+
+
+def test_sparse_and_masked_swmlp_agree():
+    torch.manual_seed(0)
+    a = pkmixer.create_model("swmlp_t4_28", weight_format="sparse")
+    torch.manual_seed(0)
+    b = pkmixer.create_model("swmlp_t4_28", weight_format="masked")
+    x = torch.randn(3, 1, 28, 28)
+    torch.nn.init.normal_(a.head.weight)
+    b.head.weight.data.copy_(a.head.weight)
+    assert torch.allclose(a(x), b(x), atol=1e-5)
+    assert a.info().params == b.info().params
+
+
+def test_intermediates():
+    model = pkmixer.create_model("mixer_f2_32").eval()
+    x = _input(model)
+    final, blocks = model.forward_intermediates(x)
+    assert len(blocks) == 3 and all(t.shape == (2, 64, 64) for t in blocks)
+    assert torch.equal(final, model.forward_features(x))
+    mixing = model.forward_intermediates(x, where="mixing", intermediates_only=True)
+    assert len(mixing) == 6 == len(model.feature_names("mixing"))
+    # block output = channel-branch + (token-branch + block input): check block 0 by hand
+    h = model.forward_stem(x)
+    u = h + model.blocks[0].token.mixing(model.blocks[0].token.norm(h))
+    assert torch.allclose(mixing[0], u - h, atol=1e-6)
+    assert torch.allclose(blocks[0], u + mixing[1], atol=1e-6)
+    assert len(model.forward_intermediates(x, indices=2, intermediates_only=True)) == 2
+    sw = pkmixer.create_model("swmlp_t4_28").eval()
+    feats = sw.forward_intermediates(torch.randn(2, 1, 28, 28), indices=[0, -1], where="mixing", intermediates_only=True)
+    assert [f.shape for f in feats] == [(2, 784), (2, 784)]
