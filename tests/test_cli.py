@@ -47,6 +47,7 @@ def test_effective_json(capsys):
     (["effective", "smixer_s64_32", "--set", "depth"], "key=value"),
     (["effective", "mixer_b16_224"], "too many for explicit matrices"),
     (["effective", "smixer_s64_32", "--set", "rp_blocks=[9]"], "rp_blocks"),
+    (["models", "--filter", "nomatch"], "no model matches"),
     (["models", "--bogus"], "unrecognized arguments"),
     (["frobnicate"], "invalid choice"),
 ])

@@ -143,3 +143,15 @@ def test_intermediates():
     sw = pkmixer.create_model("swmlp_t4_28").eval()
     feats = sw.forward_intermediates(torch.randn(2, 1, 28, 28), indices=[0, -1], where="mixing", intermediates_only=True)
     assert [f.shape for f in feats] == [(2, 784), (2, 784)]
+
+
+def test_hidden_width_overrides():
+    # γ replaces Table 1's explicit widths of an original variant; an explicit width wins on its own axis
+    m = pkmixer.create_model("mixer_s16_224", img_size=32, patch_size=8, depth=1, mlp_ratio=2)
+    assert (m.token_hidden, m.channel_hidden) == (32, 1024)
+    m = pkmixer.create_model("mixer_f2_32", depth=1, token_hidden=7)
+    assert (m.token_hidden, m.channel_hidden) == (7, 128)
+    m = pkmixer.create_model("mixer_s16_224", img_size=32, patch_size=8, depth=1, channel_hidden=100)
+    assert (m.token_hidden, m.channel_hidden) == (256, 100)
+    with pytest.raises(pkmixer.ConfigError, match="no hidden layer"):
+        pkmixer.create_model("smixer_s64_32", mlp_ratio=2)

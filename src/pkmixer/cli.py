@@ -32,8 +32,11 @@ def _print_table(rows: list[list[str]], header: list[str]) -> None:
 
 def cmd_models(args: argparse.Namespace) -> int:
     """The zoo with parameters, S, C, γ, Ω and effective width (built on the meta device: no memory)."""
+    names = list_models(args.filter)
+    if not names:
+        raise ConfigError(f"no model matches {args.filter!r}; see `pkmixer models`")
     records = []
-    for name in list_models(args.filter):
+    for name in names:
         with torch.device("meta"):
             info = create_model(name).info()
         records.append({"name": name, **info.as_dict(), "gamma": info.gamma,

@@ -67,7 +67,8 @@ class MaskedLinear(nn.Module):
         super().__init__()
         rows, cols, values = _draw_sparse_weight(in_features, out_features, density, generator)
         self.in_features, self.out_features, self.density = in_features, out_features, density
-        mask = torch.zeros(out_features, in_features, dtype=torch.bool)
+        # on the indices' device (CPU), so that a model built on the meta device still knows its mask
+        mask = torch.zeros(out_features, in_features, dtype=torch.bool, device=rows.device)
         mask[rows, cols] = True
         weight = torch.zeros(out_features, in_features)
         weight[rows, cols] = values

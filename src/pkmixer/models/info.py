@@ -34,8 +34,7 @@ class ModelInfo:
         """γ as printed in tables: one number, or token/channel when they differ."""
         if self.gamma_token is None and self.gamma_channel is None:
             return "-"
-        if self.gamma_channel is None or self.gamma_token == self.gamma_channel:
-            return f"{self.gamma_token:.3g}"
-        if self.gamma_token is None:
-            return f"{self.gamma_channel:.3g}"
-        return f"{self.gamma_token:.3g}/{self.gamma_channel:.3g}"
+        token, channel = (None if g is None else f"{g:.3g}" for g in (self.gamma_token, self.gamma_channel))
+        if token is None or channel is None or token == channel:
+            return token or channel
+        return f"{token}/{channel}"

@@ -111,9 +111,9 @@ class Mixer(nn.Module):
         depth: int = 8,  # number of blocks (each: token mixing + channel mixing)
         num_tokens: int | None = None,  # S; None keeps S = S0 = (img_size / patch_size)^2 and no skip layer
         block: str = "mlp",  # "mlp": MLP-Mixer; "fc": S-Mixer
-        mlp_ratio: float | Sequence[float] = 4.0,  # γ: D_S = γ_t S, D_C = γ_c C (block="mlp" only)
-        token_hidden: int | None = None,  # D_S, overrides mlp_ratio
-        channel_hidden: int | None = None,  # D_C, overrides mlp_ratio
+        mlp_ratio: float | Sequence[float] | None = None,  # γ: D_S = γ_t S, D_C = γ_c C; default 4 (block="mlp")
+        token_hidden: int | None = None,  # D_S, overrides mlp_ratio on the token axis
+        channel_hidden: int | None = None,  # D_C, overrides mlp_ratio on the channel axis
         rp_blocks: str | Sequence[int] | None = None,  # "all", "none" or block indices made RP
         structure_seed: int = 0,  # seed of the frozen permutations
         norm_eps: float = 1e-6,  # LayerNorm ε: 1e-6 as Flax/timm, 1e-5 in Hayase & Karakida (S.4)
@@ -153,9 +153,11 @@ class Mixer(nn.Module):
         if block == "fc":
             if token_hidden is not None or channel_hidden is not None:
                 raise ConfigError("the S-Mixer (block='fc') has no hidden layer: drop token_hidden/channel_hidden")
+            if mlp_ratio is not None:
+                raise ConfigError("the S-Mixer (block='fc') has no hidden layer: drop mlp_ratio")
             self.token_hidden = self.channel_hidden = None
         else:
-            gamma_t, gamma_c = _ratio_pair(mlp_ratio)
+            gamma_t, gamma_c = _ratio_pair(4.0 if mlp_ratio is None else mlp_ratio)
             self.token_hidden = (check_positive_int("token_hidden", token_hidden) if token_hidden is not None
                                  else max(1, int(gamma_t * S)))
             self.channel_hidden = (check_positive_int("channel_hidden", channel_hidden)

@@ -64,7 +64,13 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
     for key in overrides:
         if key not in accepted:
             raise unknown_name(f"option for {entry.name}", key, accepted)
-    return entry.cls(**{**entry.defaults, **overrides})
+    defaults = {k: v for k, v in entry.defaults.items()
+                if not any(k in _SUPERSEDES.get(o, ()) for o in overrides)}
+    return entry.cls(**{**defaults, **overrides})
+
+
+# an override of the key replaces these defaults of an entry (e.g. γ instead of Table 1's hidden widths)
+_SUPERSEDES = {"mlp_ratio": ("token_hidden", "channel_hidden")}
 
 
 # ---- the zoo --------------------------------------------------------------------------------------------
