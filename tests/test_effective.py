@@ -63,17 +63,17 @@ def test_cor_3_4_monarch(S, C):
     assert torch.equal(L.to_dense()[:C, :C], V.t())
 
 
-def _mixing(axis, S_in, S_out, C, kind, permute, hidden=None):
+def _mixing(axis, S_in, S_out, C, kind, perms, hidden=None):
     g = torch.Generator().manual_seed(1)
     n_in, n_out = (S_in, S_out) if axis == "token" else (C, C)
     mlp = Mlp(n_in, hidden, n_out, torch.nn.Identity) if kind == "mlp" else FcAct(n_in, None, n_out, torch.nn.Identity)
     other = C if axis == "token" else S_in
-    return perturb_(PKMixing(mlp, axis, other, n_in, n_out, permute=permute, generator=g).double())
+    return perturb_(PKMixing(mlp, axis, other, n_in, n_out, perms=perms, generator=g).double())
 
 
 def test_normal_token_mixing_is_I_kron_W():
     S, C = 5, 3
-    mix = _mixing("token", S, S, C, "fc", False)
+    mix = _mixing("token", S, S, C, "fc", None)
     (layer,) = pk_effective_layers(mix, "t", S, S, C)
     W = mix.mlp.fc.weight.detach()
     assert torch.equal(layer.weight.to_dense(), torch.kron(torch.eye(C, dtype=torch.float64), W))  # Eq. 8
@@ -82,7 +82,7 @@ def test_normal_token_mixing_is_I_kron_W():
 
 def test_normal_channel_mixing_is_V_kron_I():
     S, C = 5, 3
-    mix = _mixing("channel", S, S, C, "fc", False)
+    mix = _mixing("channel", S, S, C, "fc", None)
     (layer,) = pk_effective_layers(mix, "c", S, S, C)
     Vt = mix.mlp.fc.weight.detach()  # Linear computes X Vᵀ... i.e. X V with V = weightᵀ
     assert torch.equal(layer.weight.to_dense(), torch.kron(Vt, torch.eye(S, dtype=torch.float64)))  # Eq. 7
@@ -93,7 +93,7 @@ def test_normal_channel_mixing_is_V_kron_I():
 @pytest.mark.parametrize("S,C", [(4, 6), (5, 5)])
 def test_eq19_rp_layer(axis, S, C):
     """J₂ (I ⊗ W) J₁ has W's singular values, each repeated; it equals the layer on every input."""
-    mix = _mixing(axis, S, S, C, "fc", True)
+    mix = _mixing(axis, S, S, C, "fc", ("random", "random"))
     (layer,) = pk_effective_layers(mix, "rp", S, S, C)
     E = layer.weight.to_dense()
     J1, J2 = mix.gather_indices()
@@ -112,6 +112,31 @@ def test_eq19_rp_layer(axis, S, C):
     # an RP layer is not block diagonal: its effective weight differs from the normal layer's
     assert not torch.equal(E, torch.kron(torch.eye(n, dtype=torch.float64), W) if axis == "token" else
                            torch.kron(W, torch.eye(n, dtype=torch.float64)))
+
+
+@pytest.mark.parametrize("axis", ["token", "channel"])
+@pytest.mark.parametrize("J1", ["identity", "commutation", "random"])
+@pytest.mark.parametrize("J2", ["identity", "commutation", "random"])
+def test_pk_layer_any_permutations(axis, J1, J2):
+    """Def. 5.1 with J₁, J₂ each identity, commutation or random: layer == J₂ (I ⊗ W) J₁ on storage."""
+    S, C = 4, 6
+    mix = _mixing(axis, S, S, C, "mlp", (J1, J2), hidden=5)
+    X = torch.randn(3, S, C, dtype=torch.float64)
+    n, k = mix.other, mix.in_features
+    storage = {"identity": lambda v, r, c: v, "commutation": lambda v, r, c: v.view(-1, r, c).transpose(1, 2).reshape(len(v), -1)}
+    flat = X.reshape(3, -1)
+    rows_in = (S, C)
+    y = storage[J1](flat, *rows_in) if J1 != "random" else flat[:, mix.in_index]
+    h = mix.mlp(y.view(3, n, k)).reshape(3, -1)
+    z = storage[J2](h, n, mix.out_features) if J2 != "random" else h[:, mix.out_index]
+    assert rel_err(mix(X).reshape(3, -1), z) < TOL
+    layers = pk_effective_layers(mix, "pk", S, S, C)
+    act = mix.mlp.act
+    with torch.no_grad():
+        assert rel_err(unvec(layers[1](act(layers[0](vec(X)))), S, C), mix(X)) < TOL
+    assert mix.permuted == ("random" in (J1, J2))
+    persistent = set(mix.state_dict()) - {k for k in mix.state_dict() if k.startswith("mlp.")}
+    assert persistent == {name for name, kind in (("in_index", J1), ("out_index", J2)) if kind == "random"}
 
 
 MODEL_CASES = [

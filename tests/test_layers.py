@@ -121,7 +121,8 @@ def test_permutations_are_uniform_bijections():
 
 
 def test_rp_mixing_keeps_buffers_not_matrices():
-    mix = PKMixing(FcAct(7, None, 7), "token", 5, 7, 7, permute=True, generator=torch.Generator().manual_seed(0))
+    mix = PKMixing(FcAct(7, None, 7), "token", 5, 7, 7, perms=("random", "random"),
+                   generator=torch.Generator().manual_seed(0))
     buffers = dict(mix.named_buffers())
     assert set(buffers) == {"in_index", "out_index"}
     assert all(b.dtype == torch.int64 and b.numel() == 35 for b in buffers.values())

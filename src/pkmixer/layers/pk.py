@@ -11,7 +11,8 @@ I ⊗ W: a row-major (n, k) view of a vector is mat(·)ᵀ of the paper, and a L
 flattening, and gathering with J₂. The normal Mixer's token mixing is the case J₁ = transpose (the gather
 that turns storage vec(Xᵀ) into vec(X)) and J₂ = its inverse; its channel mixing is J₁ = J₂ = identity. Both
 run as plain transposes. An RP layer (S.13) draws J₁ and J₂ uniformly at random once, keeps them frozen as
-``int64`` buffers in the state dict, and runs as two gathers.
+``int64`` buffers in the state dict, and runs as two gathers. Any other choice of J₁, J₂ among identity,
+commutation and random (Def. 5.1) runs as gathers too.
 """
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ import torch
 from torch import nn
 
 Axis = Literal["token", "channel"]
+PERMUTATIONS = ("identity", "commutation", "random")
+# the normal Mixer's (J₁, J₂): token mixing transposes in and out, channel mixing needs no permutation
+NORMAL = {"token": ("commutation", "commutation"), "channel": ("identity", "identity")}
 
 
 def transpose_index(rows: int, cols: int) -> torch.Tensor:
@@ -44,51 +48,66 @@ def inverse_permutation(idx: torch.Tensor) -> torch.Tensor:
 
 
 class PKMixing(nn.Module):
-    """Token or channel mixing of a (B, S, C) feature map, optionally with frozen random permutations.
+    """PK_W(X; J₁, J₂) on a (B, S, C) feature map: token or channel mixing with chosen permutations.
 
-    ``mlp`` acts on the last axis, mapping ``in_features`` to ``out_features``. Token mixing maps
-    (B, S_in, C) -> (B, S_out, C) with ``in_features = S_in``; channel mixing maps (B, S, C_in) ->
-    (B, S, C_out). With ``permute=True`` the input and output are shuffled by the frozen gathers
-    ``in_index`` (length S_in*C) and ``out_index`` (length S_out*C), drawn from ``generator``.
+    ``mlp`` acts on the last axis, mapping ``in_features`` to ``out_features``; ``other`` is the number of
+    Kronecker blocks (C for token mixing, S for channel mixing). Token mixing maps (B, S_in, C) ->
+    (B, S_out, C) with ``in_features = S_in``; channel mixing maps (B, S, C_in) -> (B, S, C_out).
+
+    ``perms = (J₁, J₂)``, each ``"identity"``, ``"commutation"`` or ``"random"``. J₁ acts on the input
+    storage: commutation transposes the (S_in, C) feature matrix. J₂ acts on the (other, out_features)
+    blocks: commutation transposes them. Random ones are drawn from ``generator`` and kept as persistent
+    ``int64`` buffers ``in_index`` / ``out_index``. ``None`` gives the normal Mixer's choice, which runs as
+    plain transposes; every other choice runs as gathers.
     """
 
     def __init__(self, mlp: nn.Module, axis: Axis, other: int, in_features: int, out_features: int,
-                 permute: bool = False, generator: torch.Generator | None = None) -> None:
+                 perms: tuple[str, str] | None = None, generator: torch.Generator | None = None) -> None:
         super().__init__()
-        if axis not in ("token", "channel"):
+        if axis not in NORMAL:
             raise ValueError(f"axis must be 'token' or 'channel', got {axis!r}")
+        perms = NORMAL[axis] if perms is None else tuple(perms)
+        if len(perms) != 2 or any(p not in PERMUTATIONS for p in perms):
+            raise ValueError(f"perms must be two of {', '.join(PERMUTATIONS)}, got {perms!r}")
+        if "random" in perms and generator is None:
+            raise ValueError("random permutations need a generator")
         self.mlp = mlp
         self.axis: Axis = axis
-        self.other = other  # C for token mixing, S for channel mixing: the number of Kronecker blocks
+        self.other = other
         self.in_features = in_features
         self.out_features = out_features
-        self.permuted = permute
-        if permute:
-            if generator is None:
-                raise ValueError("a permuted PKMixing needs a generator")
-            self.register_buffer("in_index", random_permutation(other * in_features, generator))
-            self.register_buffer("out_index", random_permutation(other * out_features, generator))
+        self.perms = perms
+        self.normal = perms == NORMAL[axis]
+        if not self.normal:
+            rows_in = (in_features, other) if axis == "token" else (other, in_features)  # the input feature map
+            for name, kind, shape in (("in_index", perms[0], rows_in), ("out_index", perms[1], (other, out_features))):
+                if kind == "random":
+                    self.register_buffer(name, random_permutation(shape[0] * shape[1], generator))
+                else:  # derived from the shapes: not state
+                    idx = transpose_index(*shape) if kind == "commutation" else torch.arange(shape[0] * shape[1])
+                    self.register_buffer(name, idx, persistent=False)
+
+    @property
+    def permuted(self) -> bool:
+        """Whether any of J₁, J₂ is random (an RP layer)."""
+        return "random" in self.perms
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B = x.shape[0]
-        if not self.permuted:
+        if self.normal:
             if self.axis == "channel":
                 return self.mlp(x)  # (B, S, C_in) -> (B, S, C_out)
             return self.mlp(x.transpose(1, 2)).transpose(1, 2)  # (B, C, S_in) -> (B, C, S_out) -> (B, S_out, C)
-        y = x.reshape(B, -1).index_select(1, self.in_index)  # J₁ vec: (B, other * in)
-        y = self.mlp(y.view(B, self.other, self.in_features))  # (I ⊗ W): (B, other, out)
+        y = x.reshape(B, -1).index_select(1, self.in_index)  # J₁: (B, other * in)
+        y = self.mlp(y.view(B, self.other, self.in_features))  # I ⊗ W: (B, other, out)
         y = y.reshape(B, -1).index_select(1, self.out_index)  # J₂: (B, other * out)
         if self.axis == "token":
             return y.view(B, self.out_features, self.other)  # (B, S_out, C)
         return y.view(B, self.other, self.out_features)  # (B, S, C_out)
 
     def gather_indices(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(J₁, J₂) as gather indices on flat row-major storage, for the normal case too (Eq. 19, S.21-S.23).
-
-        The block view in between is ``(other, features)`` row-major; the input and output storage are the
-        (B, S, C) feature maps.
-        """
-        if self.permuted:
+        """(J₁, J₂) as gather indices on flat row-major storage (Eq. 19, S.21-S.23), normal layers included."""
+        if not self.normal:
             return self.in_index, self.out_index
         n = self.other
         if self.axis == "channel":
@@ -98,4 +117,4 @@ class PKMixing(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"axis={self.axis}, blocks={self.other}, in={self.in_features}, out={self.out_features}, "
-                f"permuted={self.permuted}")
+                f"perms={self.perms}")

@@ -28,6 +28,7 @@ from .features import check_where, select_indices
 from .info import ModelInfo
 
 BLOCK_KINDS = {"mlp": Mlp, "fc": FcAct}
+RP = ("random", "random")
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {"gelu": nn.GELU, "relu": nn.ReLU, "identity": nn.Identity}
 
 
@@ -173,9 +174,9 @@ class Mixer(nn.Module):
             rp = i in self.rp_blocks
             s_in = S0 if i == 0 else S
             token = PKMixing(mlp_layer(s_in, self.token_hidden, S, act_layer, proj_drop_rate), "token", C, s_in, S,
-                             permute=rp, generator=generator)
+                             perms=RP if rp else None, generator=generator)
             channel = PKMixing(mlp_layer(C, self.channel_hidden, C, act_layer, proj_drop_rate), "channel", S, C, C,
-                               permute=rp, generator=generator)
+                               perms=RP if rp else None, generator=generator)
             skip = TokenProjectionSkip(S0, S, C, norm_eps) if i == 0 and num_tokens is not None else None
             blocks.append(MixerBlock(
                 MixingSublayer(nn.LayerNorm(C, eps=norm_eps), token, dpr[2 * i], skip),
