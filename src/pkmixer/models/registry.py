@@ -23,6 +23,14 @@ TIMM_PREFIX = "pkmixer_"
 
 
 @dataclass(frozen=True)
+class ModelSpec:
+    """What :func:`create_model` was asked for; kept on the model as ``model.spec`` (checkpoints use it)."""
+
+    name: str
+    overrides: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class ModelEntry:
     name: str
     cls: type[nn.Module]
@@ -66,7 +74,9 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
             raise unknown_name(f"option for {entry.name}", key, accepted)
     defaults = {k: v for k, v in entry.defaults.items()
                 if not any(k in _SUPERSEDES.get(o, ()) for o in overrides)}
-    return entry.cls(**{**defaults, **overrides})
+    model = entry.cls(**{**defaults, **overrides})
+    model.spec = ModelSpec(entry.name, dict(overrides))
+    return model
 
 
 # an override of the key replaces these defaults of an entry (e.g. γ instead of Table 1's hidden widths)

@@ -1,0 +1,1 @@
+"""The theory as code: effective weights, width calculus, spectra, implicit regularisation."""

@@ -1,0 +1,1 @@
+"""Analysis tools: mini-batch CKA, cost accounting, weight pictures."""

@@ -1,0 +1,1 @@
+"""Training harness pieces: checkpoints (more to come: config, loop, distributed)."""
