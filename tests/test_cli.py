@@ -37,7 +37,7 @@ def test_effective_json(capsys):
     assert len(result["layers"]) == 4 and result["effective_width"] == 64 * 16
 
 
-@pytest.mark.parametrize("args,needle", [
+BAD_CORE_INPUT = [
     (["effective", "mixer_b17"], "did you mean mixer_b16_224"),
     (["effective", "smixer_s64_32", "--set", "patch_size=5"], "does not divide"),
     (["effective", "smixer_s64_32", "--set", "depth=0"], "depth must be a positive integer"),
@@ -50,13 +50,23 @@ def test_effective_json(capsys):
     (["models", "--filter", "nomatch"], "no model matches"),
     (["models", "--bogus"], "unrecognized arguments"),
     (["frobnicate"], "invalid choice"),
-])
+]
+
+
+@pytest.mark.parametrize("args,needle", [BAD_CORE_INPUT[i] for i in (0, 1, 10, 11)])
 def test_bad_input_exits_2_with_one_line(args, needle):
+    """As a real process: exit status 2, one line on stderr, no traceback."""
     proc = run_cli(*args)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args,needle", BAD_CORE_INPUT)
+def test_bad_core_input(capsys, args, needle):
+    code, _, err = run_main(capsys, *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
 
 
 @pytest.mark.parametrize("kwargs,needle", [
@@ -77,7 +87,112 @@ def test_unknown_model_suggests_closest():
         pkmixer.create_model("rp_smixer_s46_32")
 
 
-def test_help_for_every_verb():
-    for verb in ("models", "effective"):
-        proc = run_cli(verb, "--help")
-        assert proc.returncode == 0 and "usage: pkmixer" in proc.stdout
+@pytest.mark.parametrize("verb", ["models", "effective", "width", "spectrum", "cka", "cost", "visualize", "implicit-l1"])
+def test_help_for_every_verb(capsys, verb):
+    code, out, _ = run_main(capsys, verb, "--help")
+    assert code == 0 and out.startswith(f"usage: pkmixer {verb}")
+
+
+def run_main(capsys, *args: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(args))
+    except SystemExit as exit_:
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_width_json_reproduces_app_c4(capsys):
+    code, out, _ = run_main(capsys, "width", "--omega", "2**18", "--C", "16,32,48,83,113,173",
+                            "--density", "0.9,0.7,0.5,0.3,0.1", "--json")
+    rows = json.loads(out)
+    assert code == 0
+    assert [(r["C"], r["S"]) for r in rows if r["kind"] == "mixer"] == \
+        [(16, 173), (32, 113), (48, 83), (83, 48), (113, 32), (173, 16)]
+    assert [(r["p"], r["m"]) for r in rows if r["kind"] == "swmlp"] == \
+        [(0.9, 540), (0.7, 612), (0.5, 724), (0.3, 935), (0.1, 1619)]
+
+
+def test_width_table(capsys):
+    code, out, _ = run_main(capsys, "width", "--omega", "2**19", "--gamma", "2", "--C", "4,64")
+    assert code == 0 and "C* = S* = (Ω/γ)^(1/3) = 64" in out
+    assert [line.split()[:3] for line in out.splitlines()[-2:]] == [["mixer", "4", "360"], ["mixer", "64", "64"]]
+
+
+def test_spectrum_json_and_plot(capsys, tmp_path):
+    plot = tmp_path / "fig4.svg"
+    code, out, _ = run_main(capsys, "spectrum", "--omega", "2**12", "--widths", "64,128,256", "--seeds", "2",
+                            "--plot", str(plot), "--json")
+    report = json.loads(out)
+    assert code == 0 and plot.stat().st_size > 0 and report["plot"] == str(plot)
+    assert [r["m"] for r in report["rows"]] == [64, 128, 256]
+    assert report["c_gamma"] == 2.0
+
+
+def test_cka_between_checkpoints(capsys, tmp_path):
+    from pkmixer.train.checkpoint import save_model
+
+    a = save_model(tmp_path / "a.pt", pkmixer.create_model("mixer_t4_28", depth=2))
+    b = save_model(tmp_path / "b.pt", pkmixer.create_model("swmlp_t4_28", depth=3))
+    code, out, _ = run_main(capsys, "cka", str(a), str(a), "--batches", "2", "--batch-size", "8", "--json")
+    same = json.loads(out)
+    assert code == 0 and same["diagonal_mean"] == pytest.approx(1.0)
+    code, out, _ = run_main(capsys, "cka", str(a), str(b), "--batches", "2", "--batch-size", "8", "--json",
+                            "--plot", str(tmp_path / "cka.png"))
+    mixed = json.loads(out)
+    assert code == 0 and len(mixed["matrix"]) == 4 and len(mixed["matrix"][0]) == 3
+    assert (tmp_path / "cka.png").stat().st_size > 0
+
+
+def test_cost_json(capsys):
+    code, out, _ = run_main(capsys, "cost", "mixer_b16_224", "--json")
+    (b16,) = json.loads(out)
+    assert code == 0 and b16["params"] == 59_880_472
+    assert b16["macs"] == pytest.approx(12.6e9, rel=0.01)  # Tolstikhin et al.: 12.6 GMACs
+    code, out, _ = run_main(capsys, "cost", "--omega", "2**15", "--gamma", "2", "--depth", "2", "--json")
+    names = [r["model"] for r in json.loads(out)]
+    assert code == 0 and len(names) == 4 and names[2].startswith("SW-MLP[sparse]")
+
+
+def test_visualize_writes_and_never_overwrites(capsys, tmp_path):
+    out_file = tmp_path / "units.png"
+    code, out, _ = run_main(capsys, "visualize", "token-units", "--model", "mixer_f2_32", "--out", str(out_file),
+                            "--option", "num_units=8", "--json")
+    assert code == 0 and json.loads(out)["figure"] == str(out_file)
+    before = out_file.read_bytes()
+    code, _, err = run_main(capsys, "visualize", "sparsity", "--out", str(out_file))
+    assert code == 2 and "exists" in err and out_file.read_bytes() == before
+
+
+def test_implicit_l1_json(capsys):
+    code, out, _ = run_main(capsys, "implicit-l1", "--lam", "0.3", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["holds"] is True
+    assert report["kronecker_objective"] >= report["l1_objective_at_kronecker"] >= report["l1_objective"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["width", "--omega", "2**x"], "'x' is not allowed"),
+    (["width", "--omega", "-5"], "Ω"),
+    (["width", "--omega", "2**18", "--C", "16", "--pairs", "2"], "not both"),
+    (["width", "--omega", "2**18", "--C", "a,b"], "--C expects"),
+    (["width", "--omega", "2**18", "--density", "1.5"], "(0, 1]"),
+    (["spectrum", "--omega", "2**12", "--widths", "8"], "width"),
+    (["spectrum", "--plot", "fig.pdf"], ".png or .svg"),
+    (["cka", "mixer_t4_28", "mixer_f2_32"], "different inputs"),
+    (["cka", "mixer_t4_28", "mixer_t4_28", "--batch-size", "3"], "4"),
+    (["cka", "mixer_t4_28", "missing.pt"], "no checkpoint file"),
+    (["cost"], "model names"),
+    (["cost", "mixer_b16_224", "--omega", "2**18"], "not both"),
+    (["visualize", "token-units", "--out", "x.png"], "needs a model"),
+    (["visualize", "sparsity", "--out", "x.gif"], ".png or .svg"),
+    (["visualize", "token-units", "--model", "mixer_f2_32", "--option", "colour=1", "--out", "y.png"], "unknown option"),
+    (["implicit-l1", "--S", "0"], "S"),
+    (["implicit-l1", "--samples", "2"], "n_samples"),
+])
+def test_analysis_verbs_bad_input(capsys, tmp_path, monkeypatch, args, needle):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(capsys, *args)
+    assert code == 2, (out, err)
+    assert len(err.strip().splitlines()) == 1 and needle in err, err
+    assert list(tmp_path.iterdir()) == []  # nothing written

@@ -87,6 +87,177 @@ def cmd_effective(args: argparse.Namespace) -> int:
     return 0
 
 
+def _csv(text: str, kind: type, flag: str) -> list:
+    try:
+        return [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"{flag} expects comma-separated {kind.__name__} values, got {text!r}") from None
+
+
+def _fresh_output(path: str | None, overwrite: bool) -> str | None:
+    """An output file that does not exist yet (results are never overwritten unless asked)."""
+    from pathlib import Path
+
+    if path is not None and Path(path).exists() and not overwrite:
+        raise ConfigError(f"{path} exists; pass --overwrite to replace it")
+    return path
+
+
+def _load_model_arg(text: str, overrides: dict) -> torch.nn.Module:
+    """A checkpoint file, or a registered name built fresh (with ``overrides``)."""
+    from pathlib import Path
+
+    from .train.checkpoint import load_model
+
+    if Path(text).exists() or text.endswith(".pt"):
+        if overrides:
+            raise ConfigError("--set applies to registered names, not to checkpoints")
+        return load_model(text)
+    return create_model(text, **overrides)
+
+
+def cmd_width(args: argparse.Namespace) -> int:
+    """The fixed-Ω calculus (Sec. 4.1, Eqs. 13-15, S.43, S.45): S for each C, SW-MLP widths, the optimum."""
+    from .theory.width import width_summary, width_table
+
+    if args.C is not None and args.pairs is not None:
+        raise ConfigError("give --C or --pairs, not both")
+    channels = None if args.C is None else _csv(args.C, int, "--C")
+    densities = None if args.density is None else _csv(args.density, float, "--density")
+    rows = width_table(args.omega, args.gamma, channels=channels, count=args.pairs, densities=densities)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    summary = width_summary(args.omega, args.gamma)
+    print(f"Ω = {summary.omega:.6g}, γ = {args.gamma:g}: widest Mixer at C* = S* = (Ω/γ)^(1/3) = "
+          f"{summary.c_star:.4g} (nearest integers C = {summary.C}, S = {summary.S}), m ≤ {summary.m_max:.6g}, "
+          f"density ≥ {summary.p_min:.3g}; S.45: {summary.m_lower:.5g} ≤ m ≤ {summary.m_upper:.6g}; "
+          f"dense MLP width √(Ω/γ) = {summary.swmlp_dense_width:.5g}\n")
+    _print_table([[r["kind"], r["C"] or "-", r["S"] or "-", r["m"], f"{r['p']:.4g}", f"{r['omega']:.6g}"]
+                  for r in rows], ["kind", "C", "S", "m", "density p", "Ω (exact)"])
+    return 0
+
+
+def cmd_spectrum(args: argparse.Namespace) -> int:
+    """λ_max of SW-MLP random weights against width at fixed Ω, with √L₊ and the Mixer's c_γ (Fig. 4 right)."""
+    from .theory.spectrum import plot_lambda_max, spectrum_report
+
+    _fresh_output(args.plot, args.overwrite)
+    widths = None if args.widths is None else _csv(args.widths, int, "--widths")
+    report = spectrum_report(args.omega, args.gamma, widths, args.seeds, args.seed)
+    if args.plot:
+        report["plot"] = str(plot_lambda_max(report, args.plot))
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    mixer = report["mixer"]
+    _print_table([[r["m"], f"{r['p']:.4g}", f"{r['q']:.3g}", f"{r['lambda_max_mean']:.4f} ± {r['lambda_max_std']:.4f}",
+                   f"{r['sqrt_l_plus']:.4f}"] for r in report["rows"]],
+                 ["width m", "density p", "q = √(pm)", "λ_max (SW-MLP)", "√L₊"])
+    print(f"\nMixer at C = {mixer['C']}, S = {mixer['S']} (m = {mixer['m']}): λ_max channel "
+          f"{mixer['lambda_max_channel']:.4f}, token {mixer['lambda_max_token']:.4f}; c_γ = 1 + √γ = "
+          f"{report['c_gamma']:.4f}")
+    if args.plot:
+        print(f"figure: {report['plot']}")
+    return 0
+
+
+def cmd_cka(args: argparse.Namespace) -> int:
+    """Mini-batch CKA between the layers of two models (Nguyen et al. 2021; Sec. 3.4, Fig. 2b-c)."""
+    from .analysis.cka import cka_matrix, plot_cka
+
+    _fresh_output(args.plot, args.overwrite)
+    for flag in ("batches", "batch_size"):
+        if getattr(args, flag) <= 0:
+            raise ConfigError(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    torch.manual_seed(args.seed)
+    model_a, model_b = (_load_model_arg(text, {}) for text in (args.a, args.b))
+    shapes = [(m.in_chans, m.img_size) for m in (model_a, model_b)]
+    if shapes[0] != shapes[1]:
+        raise ConfigError(f"the models take different inputs: {shapes[0]} and {shapes[1]} (channels, pixels)")
+    in_chans, size = shapes[0]
+    generator = torch.Generator().manual_seed(args.seed)
+    batches = (torch.randn(args.batch_size, in_chans, size, size, generator=generator) for _ in range(args.batches))
+    result = cka_matrix(model_a, model_b, batches, where=args.where, labels=(args.a, args.b))
+    out = result.as_dict()
+    if args.plot:
+        out["plot"] = str(plot_cka(result, args.plot))
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    _print_table([[name, *(f"{v:.3f}" for v in row)] for name, row in zip(result.names_a, result.matrix)],
+                 [f"{args.a} \\ {args.b}", *result.names_b])
+    if result.diagonal_mean is not None:
+        print(f"\nmean of the diagonal: {result.diagonal_mean:.4f}")
+    print(f"{result.n_examples} Gaussian inputs in {result.n_batches} mini-batches")
+    if args.plot:
+        print(f"figure: {out['plot']}")
+    return 0
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    """Parameters, connections, FLOPs and memory (App. D.9, Table S.3): of named models, or at a fixed Ω."""
+    from .analysis.cost import cost_table, fixed_omega_comparison
+
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+             "float64": torch.float64}[args.dtype]
+    if args.omega is not None:
+        if args.names:
+            raise ConfigError("give model names or --omega, not both")
+        reports = fixed_omega_comparison(args.omega, args.gamma, args.depth, embed_dim=args.embed_dim,
+                                         batch_size=args.batch_size, dtype=dtype)
+    elif args.names:
+        reports = cost_table(args.names, batch_size=args.batch_size, dtype=dtype, **parse_overrides(args.set))
+    else:
+        raise ConfigError("give one or more model names, or --omega EXPR for the fixed-Ω comparison")
+    if args.json:
+        print(json.dumps([r.as_dict() for r in reports], indent=2))
+        return 0
+
+    def si(n: float | None, unit: str = "") -> str:
+        """1234567 -> '1.23 M' (unit B: bytes)."""
+        if n is None:
+            return "-"
+        for prefix in ("", "K", "M", "G", "T", "P"):
+            if abs(n) < 1000 or prefix == "P":
+                return f"{n:.3g} {prefix}{unit}".rstrip()
+            n /= 1000
+        return ""
+
+    _print_table([[r.model, si(r.params), f"{r.connections:.3g}", si(r.macs), si(r.train_flops),
+                   si(r.param_bytes + r.buffer_bytes, "B"), si(r.train_state_bytes, "B"),
+                   si(r.activation_bytes_per_image, "B")] for r in reports],
+                 ["model", "params", "Ω/layer", "MACs/img", f"train FLOPs (batch {args.batch_size})",
+                  "weights", "train state", "activations/img"])
+    return 0
+
+
+def cmd_visualize(args: argparse.Namespace) -> int:
+    """Weight pictures: token-mixing units, per-patch units (Mixer supp. D), effective sparsity (Fig. 1, S.9)."""
+    from .analysis.visualize import visualize
+
+    _fresh_output(args.out, args.overwrite)
+    options = parse_overrides(args.option)
+    model = None if args.model is None else _load_model_arg(args.model, parse_overrides(args.set))
+    path = visualize(args.kind, args.out, model, **options)
+    print(json.dumps({"figure": str(path)}) if args.json else f"figure: {path}")
+    return 0
+
+
+def cmd_implicit_l1(args: argparse.Namespace) -> int:
+    """Prop. 3.3 on a small regression: L2-regularised Kronecker optimum ≥ L1-regularised dense optimum."""
+    from .theory.regularization import implicit_l1_report
+
+    report = implicit_l1_report(S=args.S, C=args.C, lam=args.lam, n_samples=args.samples, noise=args.noise,
+                                seed=args.seed, restarts=args.restarts)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    for key, value in report.items():
+        print(f"{key:>28}: {value:.6g}" if isinstance(value, float) else f"{key:>28}: {value}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="pkmixer", description="MLP-Mixers as wide and sparse MLPs (Hayase & Karakida 2024).")
     sub = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
@@ -105,6 +276,76 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and inputs (default 0)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_effective)
+
+    p = sub.add_parser("width", help="fixed-Ω width and sparsity calculus", description=cmd_width.__doc__)
+    p.add_argument("--omega", required=True, help="connections per layer Ω: an integer or an expression like 2**18")
+    p.add_argument("--gamma", type=float, default=1.0, help="expansion factor γ (default 1: S-Mixer)")
+    p.add_argument("--C", help="comma-separated channel counts: S for each (else symmetric pairs)")
+    p.add_argument("--pairs", type=int, help="number of C values below C* (mirrored: 2N pairs)")
+    p.add_argument("--density", help="comma-separated SW-MLP densities p: the width m = √(Ω/(γp)) for each")
+    p.add_argument("--json", action="store_true", help="machine-readable output: a list of rows")
+    p.set_defaults(func=cmd_width)
+
+    p = sub.add_parser("spectrum", help="largest singular values of random sparse and Mixer weights",
+                       description=cmd_spectrum.__doc__)
+    p.add_argument("--omega", default="2**16", help="connections per layer Ω (default 2**16)")
+    p.add_argument("--gamma", type=float, default=1.0, help="expansion factor γ (default 1)")
+    p.add_argument("--widths", help="comma-separated widths m (default: 6 from √(Ω/γ) to (Ω/γ)^(2/3))")
+    p.add_argument("--seeds", type=int, default=3, help="random weights per width (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    p.add_argument("--plot", metavar="FILE", help="write the figure (.png or .svg)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing figure")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_spectrum)
+
+    p = sub.add_parser("cka", help="layer-by-layer mini-batch CKA between two models", description=cmd_cka.__doc__)
+    p.add_argument("a", help="model A: a checkpoint file or a registered name (fresh weights)")
+    p.add_argument("b", help="model B: a checkpoint file or a registered name (fresh weights)")
+    p.add_argument("--where", choices=["mixing", "block"], default="mixing",
+                   help="feature points: mixing-layer outputs before the skip (paper) or block outputs")
+    p.add_argument("--batches", type=int, default=16, help="mini-batches (default 16)")
+    p.add_argument("--batch-size", type=int, default=64, help="examples per mini-batch, at least 4 (default 64)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs and fresh weights (default 0)")
+    p.add_argument("--plot", metavar="FILE", help="write the heatmap (.png or .svg)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing figure")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_cka)
+
+    p = sub.add_parser("cost", help="parameters, FLOPs and memory", description=cmd_cost.__doc__)
+    p.add_argument("names", nargs="*", help="registered models (built on the meta device: no memory)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a model option")
+    p.add_argument("--omega", help="compare MLP-Mixer, RP-Mixer and SW-MLP (sparse, dense-masked) at this Ω")
+    p.add_argument("--gamma", type=float, default=2.0, help="γ for --omega (default 2)")
+    p.add_argument("--depth", type=int, default=3, help="blocks for --omega (default 3)")
+    p.add_argument("--embed-dim", type=int, help="C for --omega (default: C* = (Ω/γ)^(1/3))")
+    p.add_argument("--batch-size", type=int, default=1, help="batch for FLOPs and memory (default 1)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16", "float64"], default="float32")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_cost)
+
+    p = sub.add_parser("visualize", help="weight pictures", description=cmd_visualize.__doc__)
+    p.add_argument("kind", choices=["token-units", "patch-units", "sparsity"])
+    p.add_argument("--model", help="a checkpoint file or a registered name (fresh weights); "
+                                   "sparsity without a model draws the Fig. S.9 trio")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a model option")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="picture option, e.g. --option block=1 --option num_units=16")
+    p.add_argument("--out", required=True, metavar="FILE", help="the figure to write (.png or .svg)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing figure")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_visualize)
+
+    p = sub.add_parser("implicit-l1", help="numerical check of the implicit L1 bound (Prop. 3.3)",
+                       description=cmd_implicit_l1.__doc__)
+    p.add_argument("--S", type=int, default=3, help="tokens S (default 3)")
+    p.add_argument("--C", type=int, default=3, help="channels C (default 3)")
+    p.add_argument("--lam", type=float, default=0.5, help="L2 strength λ; the L1 side uses λ/(CS) (default 0.5)")
+    p.add_argument("--samples", type=int, default=200, help="regression samples (default 200)")
+    p.add_argument("--noise", type=float, default=0.1, help="label noise (default 0.1)")
+    p.add_argument("--restarts", type=int, default=8, help="random starts of the non-convex side (default 8)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_implicit_l1)
     return parser
 
 
