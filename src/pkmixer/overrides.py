@@ -16,12 +16,12 @@ def parse_value(text: str) -> Any:
 
 
 def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
-    """["depth=2", "rp_blocks=all"] -> {"depth": 2, "rp_blocks": "all"}."""
+    """["depth=2", "rp_blocks=all", "optim.lr=0.1"] -> {"depth": 2, "rp_blocks": "all", "optim.lr": 0.1}."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         key = key.strip()
-        if not sep or not key.isidentifier():
+        if not sep or not all(part.isidentifier() for part in key.split(".")):
             raise ConfigError(f"--set expects key=value, got {item!r}")
         out[key] = parse_value(value.strip())
     return out
