@@ -25,10 +25,8 @@ test: install
 test-all: install  # slow tests included
 	$(PY) -m pytest -q -m ""
 
-demo: install
-	$(VENV)/bin/pkmixer models
-	@echo
-	$(VENV)/bin/pkmixer effective rp_smixer_s64_32
+demo: install  # a small RP S-Mixer on Fashion-MNIST (else the bundled digits); a new run under runs/
+	$(VENV)/bin/pkmixer train configs/demo.yaml
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

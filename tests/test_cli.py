@@ -87,7 +87,8 @@ def test_unknown_model_suggests_closest():
         pkmixer.create_model("rp_smixer_s46_32")
 
 
-@pytest.mark.parametrize("verb", ["models", "effective", "width", "spectrum", "cka", "cost", "visualize", "implicit-l1"])
+@pytest.mark.parametrize("verb", ["models", "effective", "width", "spectrum", "cka", "cost", "visualize",
+                                  "implicit-l1", "train", "eval"])
 def test_help_for_every_verb(capsys, verb):
     code, out, _ = run_main(capsys, verb, "--help")
     assert code == 0 and out.startswith(f"usage: pkmixer {verb}")

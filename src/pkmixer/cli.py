@@ -104,11 +104,17 @@ def _fresh_output(path: str | None, overwrite: bool) -> str | None:
 
 
 def _load_model_arg(text: str, overrides: dict) -> torch.nn.Module:
-    """A checkpoint file, or a registered name built fresh (with ``overrides``)."""
+    """A run directory (its best checkpoint), a checkpoint file, or a registered name built fresh."""
     from pathlib import Path
 
     from .train.checkpoint import load_model
+    from .train.loop import RunDir
 
+    if Path(text).is_dir():
+        run = RunDir(Path(text))
+        if not run.best.is_file():
+            raise ConfigError(f"{text} is not a run directory with checkpoints/best.pt")
+        text = str(run.best)
     if Path(text).exists() or text.endswith(".pt"):
         if overrides:
             raise ConfigError("--set applies to registered names, not to checkpoints")
@@ -124,7 +130,8 @@ def cmd_width(args: argparse.Namespace) -> int:
         raise ConfigError("give --C or --pairs, not both")
     channels = None if args.C is None else _csv(args.C, int, "--C")
     densities = None if args.density is None else _csv(args.density, float, "--density")
-    rows = width_table(args.omega, args.gamma, channels=channels, count=args.pairs, densities=densities)
+    rows = width_table(args.omega, args.gamma, channels=channels, count=args.pairs, densities=densities,
+                       c_min=args.c_min)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -176,8 +183,16 @@ def cmd_cka(args: argparse.Namespace) -> int:
     if shapes[0] != shapes[1]:
         raise ConfigError(f"the models take different inputs: {shapes[0]} and {shapes[1]} (channels, pixels)")
     in_chans, size = shapes[0]
-    generator = torch.Generator().manual_seed(args.seed)
-    batches = (torch.randn(args.batch_size, in_chans, size, size, generator=generator) for _ in range(args.batches))
+    if args.data == "gaussian":
+        generator = torch.Generator().manual_seed(args.seed)
+        batches = [torch.randn(args.batch_size, in_chans, size, size, generator=generator) for _ in range(args.batches)]
+    else:
+        from .data import build_dataset, build_transform, dataset_info
+
+        transform = build_transform(dataset_info(args.data), train=False, img_size=size, in_chans=in_chans)
+        test = build_dataset(args.data, "test", data_dir=args.data_dir, transform=transform)
+        first = torch.utils.data.Subset(test, range(min(len(test), args.batches * args.batch_size)))
+        batches = torch.utils.data.DataLoader(first, batch_size=args.batch_size, drop_last=True)
     result = cka_matrix(model_a, model_b, batches, where=args.where, labels=(args.a, args.b))
     out = result.as_dict()
     if args.plot:
@@ -189,7 +204,8 @@ def cmd_cka(args: argparse.Namespace) -> int:
                  [f"{args.a} \\ {args.b}", *result.names_b])
     if result.diagonal_mean is not None:
         print(f"\nmean of the diagonal: {result.diagonal_mean:.4f}")
-    print(f"{result.n_examples} Gaussian inputs in {result.n_batches} mini-batches")
+    inputs = "Gaussian inputs" if args.data == "gaussian" else f"{args.data} test images"
+    print(f"{result.n_examples} {inputs} in {result.n_batches} mini-batches")
     if args.plot:
         print(f"figure: {out['plot']}")
     return 0
@@ -205,7 +221,8 @@ def cmd_cost(args: argparse.Namespace) -> int:
         if args.names:
             raise ConfigError("give model names or --omega, not both")
         reports = fixed_omega_comparison(args.omega, args.gamma, args.depth, embed_dim=args.embed_dim,
-                                         batch_size=args.batch_size, dtype=dtype)
+                                         img_size=args.img_size, patch_size=args.patch_size,
+                                         num_classes=args.num_classes, batch_size=args.batch_size, dtype=dtype)
     elif args.names:
         reports = cost_table(args.names, batch_size=args.batch_size, dtype=dtype, **parse_overrides(args.set))
     else:
@@ -238,6 +255,7 @@ def cmd_visualize(args: argparse.Namespace) -> int:
 
     _fresh_output(args.out, args.overwrite)
     options = parse_overrides(args.option)
+    torch.manual_seed(args.seed)
     model = None if args.model is None else _load_model_arg(args.model, parse_overrides(args.set))
     path = visualize(args.kind, args.out, model, **options)
     print(json.dumps({"figure": str(path)}) if args.json else f"figure: {path}")
@@ -255,6 +273,50 @@ def cmd_implicit_l1(args: argparse.Namespace) -> int:
         return 0
     for key, value in report.items():
         print(f"{key:>28}: {value:.6g}" if isinstance(value, float) else f"{key:>28}: {value}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train a registered model (App. C recipes); a run directory keeps config, metrics and checkpoints."""
+    from .train.config import build_config, load_yaml
+    from .train.loop import TrainingDiverged, default_run_dir, train
+
+    overrides = parse_overrides(args.set)
+    if args.data_dir is not None:
+        overrides["data.data_dir"] = args.data_dir
+    if args.resume:
+        if args.run_dir is None:
+            raise ConfigError("--resume needs --run-dir DIR")
+        cfg = None if args.config is None and not overrides else \
+            build_config(None if args.config is None else load_yaml(args.config), overrides)
+    else:
+        cfg = build_config(None if args.config is None else load_yaml(args.config), overrides)
+    run_dir = args.run_dir or default_run_dir(cfg)
+    try:
+        summary = train(cfg, run_dir, resume=args.resume, stop_after=args.stop_after)
+    except TrainingDiverged as err:
+        sys.stderr.write(f"pkmixer train: {err}\n")
+        return 1
+    if args.json:
+        print(json.dumps({"run_dir": str(run_dir), **summary}, indent=2))
+    else:
+        state = "" if summary["status"] == "finished" else \
+            f" - stopped after epoch {summary['epochs_done']} of {summary['epochs']}; continue with --resume"
+        print(f"{run_dir}: best test error {summary['best_test_error']:.2%}, last {summary['final_test_error']:.2%} "
+              f"({summary['wall_time']:.0f} s){state}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Top-1 error and loss of a run's checkpoint on the test split."""
+    from .train.loop import evaluate_run
+
+    result = evaluate_run(args.run_dir, args.checkpoint)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"{result['run']} ({result['checkpoint']}, epoch {result['epoch']}): test error "
+              f"{result['test_error']:.2%}, test loss {result['test_loss']:.4f} on {result['test_examples']} examples")
     return 0
 
 
@@ -282,6 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gamma", type=float, default=1.0, help="expansion factor γ (default 1: S-Mixer)")
     p.add_argument("--C", help="comma-separated channel counts: S for each (else symmetric pairs)")
     p.add_argument("--pairs", type=int, help="number of C values below C* (mirrored: 2N pairs)")
+    p.add_argument("--c-min", type=int, default=16, help="smallest C of --pairs (default 16; App. C.4 uses 128 at 2**27)")
     p.add_argument("--density", help="comma-separated SW-MLP densities p: the width m = √(Ω/(γp)) for each")
     p.add_argument("--json", action="store_true", help="machine-readable output: a list of rows")
     p.set_defaults(func=cmd_width)
@@ -299,8 +362,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_spectrum)
 
     p = sub.add_parser("cka", help="layer-by-layer mini-batch CKA between two models", description=cmd_cka.__doc__)
-    p.add_argument("a", help="model A: a checkpoint file or a registered name (fresh weights)")
-    p.add_argument("b", help="model B: a checkpoint file or a registered name (fresh weights)")
+    p.add_argument("a", help="model A: a run directory, a checkpoint file or a registered name (fresh weights)")
+    p.add_argument("b", help="model B: a run directory, a checkpoint file or a registered name (fresh weights)")
+    p.add_argument("--data", default="gaussian",
+                   help="inputs: a data set's test split (e.g. fashion-mnist, cifar10) or gaussian (default)")
+    p.add_argument("--data-dir", help="where the data set lies")
     p.add_argument("--where", choices=["mixing", "block"], default="mixing",
                    help="feature points: mixing-layer outputs before the skip (paper) or block outputs")
     p.add_argument("--batches", type=int, default=16, help="mini-batches (default 16)")
@@ -318,6 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gamma", type=float, default=2.0, help="γ for --omega (default 2)")
     p.add_argument("--depth", type=int, default=3, help="blocks for --omega (default 3)")
     p.add_argument("--embed-dim", type=int, help="C for --omega (default: C* = (Ω/γ)^(1/3))")
+    p.add_argument("--img-size", type=int, default=32, help="image side for --omega (default 32; ImageNet 224)")
+    p.add_argument("--patch-size", type=int, default=4, help="patch side for --omega (default 4; ImageNet 14)")
+    p.add_argument("--num-classes", type=int, default=10, help="classes for --omega (default 10)")
     p.add_argument("--batch-size", type=int, default=1, help="batch for FLOPs and memory (default 1)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16", "float64"], default="float32")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -331,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="picture option, e.g. --option block=1 --option num_units=16")
     p.add_argument("--out", required=True, metavar="FILE", help="the figure to write (.png or .svg)")
+    p.add_argument("--seed", type=int, default=0, help="seed of fresh weights (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing figure")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_visualize)
@@ -346,6 +416,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_implicit_l1)
+
+    p = sub.add_parser("train", help="train a model; resumable run directories", description=cmd_train.__doc__)
+    p.add_argument("config", nargs="?", help="a YAML preset (configs/*.yaml); defaults otherwise")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a setting, e.g. --set optim.lr=0.1 --set model.depth=4 --set data.name=digits")
+    p.add_argument("--data-dir", help="where the data set lies (the same as --set data.data_dir=DIR)")
+    p.add_argument("--run-dir", help="the run directory (default runs/<model>-<data>-<time>)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its latest checkpoint")
+    p.add_argument("--stop-after", type=int, metavar="N", help="stop after N epochs in this invocation (resumable)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("eval", help="evaluate a run's checkpoint", description=cmd_eval.__doc__)
+    p.add_argument("run_dir", help="a run directory written by `pkmixer train`")
+    p.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_eval)
     return parser
 
 

@@ -1,4 +1,5 @@
-"""``--set key=value`` options: values are Python literals (numbers, tuples, lists, None, booleans) or strings."""
+"""``--set key=value`` options: values are Python literals (numbers, tuples, lists, None, booleans), YAML's
+true/false/null, or strings."""
 from __future__ import annotations
 
 import ast
@@ -8,11 +9,15 @@ from typing import Any
 from .errors import ConfigError
 
 
+_WORDS = {"true": True, "false": False, "null": None, "none": None}
+
+
 def parse_value(text: str) -> Any:
+    """A Python literal, YAML's true/false/null, or else the text itself (a bare word such as all or gelu)."""
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
-        return text  # a bare word such as all or gelu
+        return _WORDS.get(text.lower(), text)
 
 
 def parse_overrides(items: Iterable[str]) -> dict[str, Any]:

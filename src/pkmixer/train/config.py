@@ -1,0 +1,234 @@
+"""Typed, validated training configuration (Hayase & Karakida App. C, Table S.2; Mixer supp. B, C).
+
+A :class:`TrainConfig` has five sections - model, data, optim, schedule, run - each a frozen dataclass with
+commented defaults. A configuration is derived from the defaults by a YAML preset (``configs/*.yaml``) and
+``--set section.key=value`` overrides; every key and value is checked, and a bad one is refused with a
+message that names it and says what is allowed. Model options other than ``name`` and ``init`` are the
+registered model's own options (``--set model.depth=4``), checked when the model is built.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from ..errors import ConfigError, unknown_name
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = "rp_smixer_t4_28"  # a registered model: see `pkmixer models`
+    init: str | None = None  # a checkpoint whose weights start the run
+    options: dict[str, Any] = field(default_factory=dict)  # the model's own options, e.g. depth, num_classes
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    name: str = "auto"  # cifar10, cifar100, stl10, mnist, fashion-mnist, imagenet, digits, synthetic, or auto:
+    #                     Fashion-MNIST when it is on disk, else scikit-learn's bundled digits
+    data_dir: str | None = None  # where the data set lies; None: the OS location, else download if allowed
+    download: bool = False  # fetch through torchvision when it is nowhere on disk
+    val_fraction: float = 0.0  # held out of the training set as the validation split
+    train_subset: int | None = None  # use only this many training examples (small-scale runs)
+    test_subset: int | None = None  # evaluate on only this many test examples
+    batch_size: int = 128  # global mini-batch size (split across processes)
+    eval_batch_size: int = 256
+    workers: int = 0  # DataLoader worker processes
+    crop_padding: int | None = None  # random crop after zero padding (App. C.4: CIFAR 4)
+    hflip: bool = False  # random horizontal flip
+    auto_augment: str | None = None  # AutoAugment policy: cifar10, imagenet or svhn
+    rand_augment: str | None = None  # timm RandAugment policy, e.g. rand-m9-mstd0.5-inc1 (App. C.5)
+    random_erasing: float = 0.0  # probability of random erasing (App. C.5: 0.25)
+    random_resized_crop: tuple[float, float] | None = None  # Inception crop area range, e.g. [0.08, 1.0] (ImageNet)
+    resize: int | None = None  # resize before cropping (App. D.6: STL-10 at 90)
+    eval_crop: str | None = None  # resize-crop or resmall-crop (Mixer supp. C); None: resize only
+    mixup: float = 0.0  # mixup α (App. C.5: 0.8)
+    cutmix: float = 0.0  # cutmix α (App. C.5: 1.0)
+    mixup_switch_prob: float = 0.5  # probability of cutmix when both are on
+    label_smoothing: float = 0.0  # (App. C.5: 0.1)
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    name: Literal["sgd", "adamw"] = "sgd"  # SGD with Nesterov momentum (App. C.4) or AdamW (App. C.5)
+    lr: float = 0.02  # initial (peak) learning rate
+    momentum: float = 0.9
+    nesterov: bool = True
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)  # AdamW
+    clip_grad: float | None = None  # clip the global gradient norm to this
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    epochs: int = 10
+    warmup_epochs: float = 0.0  # linear warm-up from warmup_lr (App. C.5: 5 epochs from 1e-6)
+    warmup_lr: float = 1e-6
+    min_lr: float = 0.0  # end of the cosine annealing (App. C.5: 1e-5)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    seed: int = 0
+    deterministic: bool = True  # deterministic algorithms; on CPU a resumed run equals an uninterrupted one
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    amp: Literal["auto", "bf16", "off"] = "auto"  # auto: bf16 autocast on GPU, off on CPU
+    compile: bool = False  # torch.compile the model
+    progress: bool = True  # progress bar on a terminal
+    tensorboard: bool = False  # also write TensorBoard scalars (needs the tensorboard package)
+    save_every: int = 1  # write the latest checkpoint every this many epochs
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def as_dict(self) -> dict[str, Any]:
+        return _plain(dataclasses.asdict(self))
+
+
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "optim": OptimConfig, "schedule": ScheduleConfig,
+            "run": RunConfig}
+
+
+def _plain(value: Any) -> Any:
+    """Tuples to lists, for YAML and JSON."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _check_value(where: str, value: Any, kind: Any) -> Any:
+    """``value`` converted to the annotated ``kind``, or a ConfigError naming ``where`` and what is allowed."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _check_value(where, value, inner[0])
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{where}={value!r} is not allowed; choose one of {', '.join(map(str, args))}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            raise ConfigError(f"{where}={value!r} must be a list of {len(args)} values")
+        return tuple(_check_value(f"{where}[{i}]", v, a) for i, (v, a) in enumerate(zip(value, args)))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}={value!r} must be a mapping of options")
+        return dict(value)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}={value!r} must be true or false")
+        return value
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}={value!r} must be an integer")
+        return value
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}={value!r} must be a number")
+        return float(value)
+    if kind is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}={value!r} must be a string")
+        return value
+    raise TypeError(f"unsupported config type {kind!r} at {where}")
+
+
+def _section(name: str, cls: type, values: dict[str, Any], base: Any) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in dataclasses.fields(cls)]
+    updates = {}
+    for key, value in values.items():
+        if name == "model" and key not in known:  # a model option
+            updates.setdefault("options", dict(base.options))[key] = value
+            continue
+        if key not in known:
+            raise unknown_name(f"key in section '{name}'", f"{key}", known)
+        updates[key] = _check_value(f"{name}.{key}", value, hints[key])
+    return dataclasses.replace(base, **updates)
+
+
+def _check_ranges(cfg: TrainConfig) -> None:
+    d, o, s = cfg.data, cfg.optim, cfg.schedule
+    positive = {"data.batch_size": d.batch_size, "data.eval_batch_size": d.eval_batch_size,
+                "schedule.epochs": s.epochs, "run.save_every": cfg.run.save_every}
+    for key, value in positive.items():
+        if value <= 0:
+            raise ConfigError(f"{key}={value} must be positive")
+    for key, value in {"data.train_subset": d.train_subset, "data.test_subset": d.test_subset}.items():
+        if value is not None and value <= 0:
+            raise ConfigError(f"{key}={value} must be positive (or null for all)")
+    unit = {"data.val_fraction": d.val_fraction, "data.random_erasing": d.random_erasing,
+            "data.label_smoothing": d.label_smoothing, "data.mixup_switch_prob": d.mixup_switch_prob}
+    for key, value in unit.items():
+        if not 0 <= value < 1 and not (key == "data.mixup_switch_prob" and value == 1):
+            raise ConfigError(f"{key}={value} must lie in [0, 1)")
+    nonneg = {"data.workers": d.workers, "data.mixup": d.mixup, "data.cutmix": d.cutmix,
+              "optim.weight_decay": o.weight_decay, "optim.momentum": o.momentum,
+              "schedule.warmup_epochs": s.warmup_epochs, "schedule.min_lr": s.min_lr,
+              "schedule.warmup_lr": s.warmup_lr}
+    for key, value in nonneg.items():
+        if value < 0:
+            raise ConfigError(f"{key}={value} must not be negative")
+    if o.lr <= 0:
+        raise ConfigError(f"optim.lr={o.lr} must be positive")
+    if o.clip_grad is not None and o.clip_grad <= 0:
+        raise ConfigError(f"optim.clip_grad={o.clip_grad} must be positive (or null for none)")
+    if d.eval_crop not in (None, "resize-crop", "resmall-crop"):
+        raise ConfigError(f"data.eval_crop={d.eval_crop!r} is not allowed; choose resize-crop or resmall-crop")
+
+
+def build_config(preset: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None,
+                 base: TrainConfig | None = None) -> TrainConfig:
+    """Defaults (or ``base``), then a nested ``preset`` mapping, then dotted ``overrides`` ({"optim.lr": 0.1})."""
+    cfg = base or TrainConfig()
+    nested: dict[str, dict[str, Any]] = {}
+    if preset is not None:
+        if not isinstance(preset, dict):
+            raise ConfigError("a config must be a mapping of sections: model, data, optim, schedule, run")
+        for section, values in preset.items():
+            if section not in SECTIONS:
+                raise unknown_name("config section", str(section), SECTIONS)
+            if not isinstance(values, dict):
+                raise ConfigError(f"config section '{section}' must be a mapping, got {values!r}")
+            nested.setdefault(section, {}).update(values)
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.partition(".")
+        if section not in SECTIONS or not key:
+            raise ConfigError(f"--set keys look like section.key with a section among "
+                              f"{', '.join(SECTIONS)}; got {dotted!r}")
+        nested.setdefault(section, {})[key] = value
+    updates = {name: _section(name, SECTIONS[name], values, getattr(cfg, name)) for name, values in nested.items()}
+    cfg = dataclasses.replace(cfg, **updates)
+    _check_ranges(cfg)
+    return cfg
+
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"no config file at {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {str(err).splitlines()[0]}")
+    return data or {}
+
+
+def save_yaml(cfg: TrainConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(cfg.as_dict(), sort_keys=False))

@@ -1,0 +1,196 @@
+"""End-to-end training: accuracy on real and synthetic data, exact resume (also after SIGKILL), torchrun,
+divergence, and refusals that leave the disk untouched."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from pkmixer.cli import main
+from pkmixer.train import loop
+from pkmixer.train.checkpoint import read_checkpoint
+from pkmixer.train.config import build_config
+
+# a tiny S-Mixer on the bundled 8x8 digits: 16 tokens of 2x2 patches
+DIGITS = {"data.name": "digits", "model.name": "smixer_t4_28", "model.img_size": 8, "model.patch_size": 2,
+          "model.in_chans": 1, "data.batch_size": 32, "optim.name": "adamw", "optim.lr": 0.005, "run.progress": False}
+# a synthetic task small enough for a few seconds per run
+SYNTH = {"data.name": "synthetic", "model.name": "smixer_t4_28", "model.depth": 2, "model.embed_dim": 32,
+         "data.batch_size": 64, "optim.name": "adamw", "optim.lr": 0.003, "schedule.epochs": 4,
+         "run.progress": False}
+FASHION = Path("/usr/share/datasets/fashion-mnist")
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return read_checkpoint(run_dir / "checkpoints" / "latest.pt")["state_dict"]
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        row.pop("epoch_time")
+    return rows
+
+
+def test_digits_reach_90_percent(tmp_path):
+    summary = loop.train(build_config(None, {**DIGITS, "schedule.epochs": 12}), tmp_path / "run", log=quiet)
+    assert summary["status"] == "finished"
+    assert summary["best_test_error"] <= 0.10
+    run = tmp_path / "run"
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.yaml", "metrics.jsonl", "summary.json"]
+    assert len(_metrics(run)) == 12
+    # eval reproduces the best checkpoint's error exactly
+    result = loop.evaluate_run(run, "best")
+    assert result["test_error"] == pytest.approx(summary["best_test_error"])
+
+
+def test_synthetic_is_learned(tmp_path):
+    summary = loop.train(build_config(None, SYNTH), tmp_path / "run", log=quiet)
+    assert summary["best_test_error"] < 0.3  # 10 classes: chance is 0.9
+
+
+@pytest.mark.skipif(not FASHION.exists(), reason="Debian's dataset-fashion-mnist is not installed")
+def test_fashion_mnist(tmp_path):
+    cfg = build_config(None, {"data.name": "fashion-mnist", "model.name": "smixer_t4_28", "model.depth": 2,
+                              "data.train_subset": 6000, "data.test_subset": 2000, "data.batch_size": 64,
+                              "optim.name": "adamw", "optim.lr": 0.003, "schedule.epochs": 2, "run.progress": False})
+    summary = loop.train(cfg, tmp_path / "run", log=quiet)
+    assert summary["best_test_error"] < 0.30
+
+
+def test_stop_and_resume_is_exact(tmp_path):
+    cfg = build_config(None, SYNTH)
+    loop.train(cfg, tmp_path / "straight", log=quiet)
+    first = loop.train(cfg, tmp_path / "pieces", stop_after=1, log=quiet)
+    assert first["status"] == "stopped" and first["epochs_done"] == 1
+    loop.train(None, tmp_path / "pieces", resume=True, stop_after=2, log=quiet)
+    loop.train(None, tmp_path / "pieces", resume=True, log=quiet)
+    a, b = _weights(tmp_path / "straight"), _weights(tmp_path / "pieces")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert _metrics(tmp_path / "straight") == _metrics(tmp_path / "pieces")
+
+
+def test_sigkill_mid_epoch_then_resume_is_exact(tmp_path):
+    overrides = {**SYNTH, "schedule.epochs": 3, "data.batch_size": 16}
+    args = [arg for k, v in overrides.items() for arg in ("--set", f"{k}={v}")]
+    loop.train(build_config(None, overrides), tmp_path / "straight", log=quiet)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "pkmixer.cli", "train", *args, "--run-dir", str(killed)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    latest = killed / "checkpoints" / "latest.pt"
+    deadline = time.time() + 120
+    while not latest.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)  # into epoch 2 (an epoch takes about a second here)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert read_checkpoint(latest)["epoch"] < 3  # the checkpoint on disk is whole and readable
+    assert main(["train", "--run-dir", str(killed), "--resume"]) == 0
+    a, b = _weights(tmp_path / "straight"), _weights(killed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert _metrics(tmp_path / "straight") == _metrics(killed)
+
+
+def test_torchrun_two_processes_match_one(tmp_path):
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if torchrun is None:
+        pytest.skip("torchrun is not installed beside this Python")
+    overrides = {**SYNTH, "schedule.epochs": 2, "data.batch_size": 32, "data.workers": 0}
+    args = [arg for k, v in overrides.items() for arg in ("--set", f"{k}={v}")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([torchrun, "--nproc-per-node", "2", "--master-port", "29533", "-m", "pkmixer.cli", "train", *args,
+                    "--run-dir", str(tmp_path / "two")], check=True, env=env, capture_output=True, timeout=300)
+    loop.train(build_config(None, overrides), tmp_path / "one", log=quiet)
+    two, one = _weights(tmp_path / "two"), _weights(tmp_path / "one")
+    for k in one:
+        assert torch.allclose(two[k].float(), one[k].float(), atol=1e-4, rtol=1e-3), k
+    m_two, m_one = _metrics(tmp_path / "two"), _metrics(tmp_path / "one")
+    assert [r["test_examples"] for r in m_two] == [r["test_examples"] for r in m_one]
+    for r2, r1 in zip(m_two, m_one):
+        assert r2["train_loss"] == pytest.approx(r1["train_loss"], rel=1e-4)
+        assert r2["test_error"] == pytest.approx(r1["test_error"], abs=2 / r1["test_examples"])
+    assert json.loads((tmp_path / "two" / "summary.json").read_text())["processes"] == 2
+
+
+def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch, capsys):
+    """Fault injection: once the first checkpoint exists, the model's training outputs turn to NaN."""
+    run = tmp_path / "run"
+    real_build = loop.build_model
+
+    def poisoned(cfg, num_classes):
+        model = real_build(cfg, num_classes)
+
+        def hook(module, inputs, output):
+            good = (run / "checkpoints" / "latest.pt").exists() and module.training
+            return output * float("nan") if good else output
+        model.register_forward_hook(hook)
+        return model
+
+    monkeypatch.setattr(loop, "build_model", poisoned)
+    args = [arg for k, v in SYNTH.items() for arg in ("--set", f"{k}={v}")]
+    code = main(["train", *args, "--run-dir", str(run)])
+    err = capsys.readouterr().err
+    assert code == 1 and "loss became nan" in err and len(err.strip().splitlines()) == 1
+    assert read_checkpoint(run / "checkpoints" / "latest.pt")["epoch"] >= 1  # the last good one is intact
+    assert json.loads((run / "summary.json").read_text())["status"] == "diverged"
+
+
+def _exit(capsys, *args: str) -> tuple[int, str]:
+    try:
+        code = main(list(args))
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().err
+
+
+def test_refusals_leave_disk_untouched(tmp_path, capsys):
+    run = tmp_path / "run"
+    settings = [arg for k, v in {**SYNTH, "schedule.epochs": 1}.items() for arg in ("--set", f"{k}={v}")]
+    assert main(["train", *settings, "--run-dir", str(run)]) == 0
+    snapshot = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+
+    cases = [
+        (["train", *settings, "--run-dir", str(run)], "exists; pass --resume"),
+        (["train", "--set", "optim.lr=-1", "--run-dir", str(tmp_path / "x")], "optim.lr"),
+        (["train", "--set", "data.name=cifar10", "--set", f"data.data_dir={tmp_path / 'nothing'}",
+          "--run-dir", str(tmp_path / "y")], "CIFAR-10"),
+        (["train", "--run-dir", str(run), "--resume", "--set", "optim.lr=0.5"], "keeps its own config"),
+        (["train", "--run-dir", str(tmp_path / "none"), "--resume"], "to resume from"),
+        (["eval", str(tmp_path / "none")], "not a run directory"),
+        (["train", str(tmp_path / "missing.yaml")], "no config file"),
+        (["train", "--set", "model.name=nope"], "unknown model"),
+    ]
+    for args, needle in cases:
+        code, err = _exit(capsys, *args)
+        assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, (args, err)
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == snapshot
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+    # a corrupt or foreign latest checkpoint: refused, and left as it is
+    latest = run / "checkpoints" / "latest.pt"
+    latest.write_bytes(b"not a checkpoint")
+    code, err = _exit(capsys, "eval", str(run), "--checkpoint", "latest")
+    assert code == 2 and "not a readable checkpoint" in err
+    torch.save({"weights": torch.zeros(2)}, latest)
+    code, err = _exit(capsys, "train", "--run-dir", str(run), "--resume")
+    assert code == 2 and "not a pkmixer checkpoint" in err
+    assert set(torch.load(latest, weights_only=True)) == {"weights"}
+
+
+def test_cka_reads_run_directories_and_data(tmp_path, capsys):
+    run = tmp_path / "run"
+    loop.train(build_config(None, {**DIGITS, "schedule.epochs": 1}), run, log=quiet)
+    code = main(["cka", str(run), str(run), "--data", "digits", "--batches", "2", "--batch-size", "16", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["diagonal_mean"] == pytest.approx(1.0) and result["n_examples"] == 32
