@@ -194,3 +194,25 @@ def test_cka_reads_run_directories_and_data(tmp_path, capsys):
     code = main(["cka", str(run), str(run), "--data", "digits", "--batches", "2", "--batch-size", "16", "--json"])
     result = json.loads(capsys.readouterr().out)
     assert code == 0 and result["diagonal_mean"] == pytest.approx(1.0) and result["n_examples"] == 32
+
+
+def test_finetune_at_higher_resolution(tmp_path, capsys):
+    """Mixer supp. C: the fine-tuned run starts from the block-diagonally enlarged checkpoint."""
+    from pkmixer.models.resolution import enlarge_resolution
+    from pkmixer.train.checkpoint import load_model
+
+    small_run = tmp_path / "small"
+    loop.train(build_config(None, {**DIGITS, "schedule.epochs": 2}), small_run, log=quiet)
+    args = ["finetune", str(small_run), "--image-size", "16", "--set", "data.name=digits", "--set",
+            "schedule.epochs=1", "--set", "optim.lr=1e-12", "--set", "run.progress=false", "--run-dir",
+            str(tmp_path / "big")]
+    assert main(args) == 0
+    capsys.readouterr()
+    tuned = load_model(tmp_path / "big" / "checkpoints" / "latest.pt")
+    expected = enlarge_resolution(load_model(small_run / "checkpoints" / "best.pt"), 2)
+    assert tuned.img_size == 16 and tuned.token_tiles == 2
+    for key, value in expected.state_dict().items():  # lr 1e-12: the weights are still the enlarged ones
+        assert torch.allclose(tuned.state_dict()[key], value, atol=1e-6), key
+    assert main(["finetune", str(small_run), "--image-size", "12", "--set", "data.name=digits",
+                 "--run-dir", str(tmp_path / "odd")]) == 2
+    assert "integer multiple" in capsys.readouterr().err

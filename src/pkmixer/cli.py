@@ -103,18 +103,27 @@ def _fresh_output(path: str | None, overwrite: bool) -> str | None:
     return path
 
 
-def _load_model_arg(text: str, overrides: dict) -> torch.nn.Module:
-    """A run directory (its best checkpoint), a checkpoint file, or a registered name built fresh."""
+def _checkpoint_path(text: str) -> str:
+    """A checkpoint file, or the best checkpoint of a run directory."""
     from pathlib import Path
 
-    from .train.checkpoint import load_model
     from .train.loop import RunDir
 
     if Path(text).is_dir():
         run = RunDir(Path(text))
         if not run.best.is_file():
             raise ConfigError(f"{text} is not a run directory with checkpoints/best.pt")
-        text = str(run.best)
+        return str(run.best)
+    return text
+
+
+def _load_model_arg(text: str, overrides: dict) -> torch.nn.Module:
+    """A run directory (its best checkpoint), a checkpoint file, or a registered name built fresh."""
+    from pathlib import Path
+
+    from .train.checkpoint import load_model
+
+    text = _checkpoint_path(text)
     if Path(text).exists() or text.endswith(".pt"):
         if overrides:
             raise ConfigError("--set applies to registered names, not to checkpoints")
@@ -307,6 +316,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_finetune(args: argparse.Namespace) -> int:
+    """Fine-tune a checkpoint at a higher resolution: token-mixing MLPs enlarged block-diagonally (supp. C)."""
+    from .train.checkpoint import read_checkpoint
+
+    source = _checkpoint_path(args.checkpoint)
+    name = read_checkpoint(source)["model"]
+    args.set = [*args.set, f"model.name={name}", f"model.init={source}", f"model.img_size={args.image_size}"]
+    args.resume, args.stop_after = False, None
+    return cmd_train(args)
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     """Top-1 error and loss of a run's checkpoint on the test split."""
     from .train.loop import evaluate_run
@@ -427,6 +447,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-after", type=int, metavar="N", help="stop after N epochs in this invocation (resumable)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("finetune", help="fine-tune a checkpoint at a higher resolution (Mixer supp. C)",
+                       description=cmd_finetune.__doc__)
+    p.add_argument("checkpoint", help="a checkpoint file or a run directory (its best checkpoint)")
+    p.add_argument("--image-size", type=int, required=True, help="the new image side: an integer multiple of the old")
+    p.add_argument("config", nargs="?", help="a YAML preset (e.g. configs/supp/finetune_cifar10.yaml)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a setting")
+    p.add_argument("--data-dir", help="where the data set lies")
+    p.add_argument("--run-dir", help="the run directory (default runs/<model>-<data>-<time>)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_finetune)
 
     p = sub.add_parser("eval", help="evaluate a run's checkpoint", description=cmd_eval.__doc__)
     p.add_argument("run_dir", help="a run directory written by `pkmixer train`")

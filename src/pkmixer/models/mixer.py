@@ -32,6 +32,16 @@ RP = ("random", "random")
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {"gelu": nn.GELU, "relu": nn.ReLU, "identity": nn.Identity}
 
 
+def tiled_token_order(grid: int, tiles: int) -> torch.Tensor:
+    """Gather index over a grid×grid raster of tokens that lists the tokens of each of the tiles×tiles spatial
+    parts as one contiguous run (parts in raster order, tokens within a part in raster order; Mixer supp. C).
+    It is itself a permutation in the PK sense."""
+    part = grid // tiles
+    rows = torch.arange(grid, device="cpu").view(tiles, part)  # (part row, row within part)
+    idx = rows[:, None, :, None] * grid + rows[None, :, None, :]  # (pr, pc, r, c) -> raster index
+    return idx.reshape(-1)
+
+
 class TokenProjectionSkip(nn.Module):
     """SkipLayer(X) = LN(W̃ X), W̃ ∈ R^{S×S₀} (App. A.2.4, S.15): the skip of a first block that changes S."""
 
@@ -117,6 +127,7 @@ class Mixer(nn.Module):
         channel_hidden: int | None = None,  # D_C, overrides mlp_ratio on the channel axis
         rp_blocks: str | Sequence[int] | None = None,  # "all", "none" or block indices made RP
         structure_seed: int = 0,  # seed of the frozen permutations
+        token_tiles: int = 1,  # K: order tokens as K×K spatial parts, each a contiguous run (Mixer supp. C)
         norm_eps: float = 1e-6,  # LayerNorm ε: 1e-6 as Flax/timm, 1e-5 in Hayase & Karakida (S.4)
         act: str = "gelu",
         drop_rate: float = 0.0,  # dropout before the head
@@ -139,6 +150,9 @@ class Mixer(nn.Module):
         check_positive("norm_eps", norm_eps)
         if isinstance(structure_seed, bool) or not isinstance(structure_seed, int):
             raise ConfigError(f"structure_seed must be an integer, got {structure_seed!r}")
+        check_positive_int("token_tiles", token_tiles)
+        if (img_size // patch_size) % token_tiles:
+            raise ConfigError(f"token_tiles {token_tiles} does not divide the {img_size // patch_size}-patch grid")
 
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.num_classes = num_classes
@@ -169,6 +183,10 @@ class Mixer(nn.Module):
         generator = torch.Generator().manual_seed(structure_seed)
 
         self.stem = nn.Conv2d(in_chans, C, patch_size, stride=patch_size)  # per-patch FC (S.1)
+        self.token_tiles = token_tiles
+        if token_tiles > 1:  # derived from the shapes, so not state
+            self.register_buffer("token_order", tiled_token_order(img_size // patch_size, token_tiles),
+                                 persistent=False)
         blocks = []
         for i in range(depth):
             rp = i in self.rp_blocks
@@ -204,7 +222,8 @@ class Mixer(nn.Module):
         if x.ndim != 4 or tuple(x.shape[1:]) != (self.in_chans, self.img_size, self.img_size):
             raise ValueError(f"expected input of shape (B, {self.in_chans}, {self.img_size}, {self.img_size}), "
                              f"got {tuple(x.shape)}")
-        return self.stem(x).flatten(2).transpose(1, 2)  # (B, C, H/P, W/P) -> (B, S0, C)
+        x = self.stem(x).flatten(2).transpose(1, 2)  # (B, C, H/P, W/P) -> (B, S0, C), raster order
+        return x if self.token_tiles == 1 else x.index_select(1, self.token_order)  # K² contiguous parts
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         x = self.forward_stem(x)  # (B, S0, C)

@@ -38,7 +38,8 @@ from ..data import build_dataset, build_loss, build_mixup, build_transform, data
 from ..errors import ConfigError
 from ..models.registry import create_model
 from . import distributed as dist_
-from .checkpoint import read_checkpoint, save_model
+from ..models.resolution import enlarged_options, enlarged_state_dict
+from .checkpoint import load_model, read_checkpoint, save_model
 from .config import TrainConfig, build_config, load_yaml, save_yaml
 
 
@@ -66,18 +67,31 @@ def default_run_dir(cfg: TrainConfig) -> Path:
 
 
 def build_model(cfg: TrainConfig, num_classes: int) -> nn.Module:
-    """The registered model, with the data set's class count unless the config sets one."""
+    """The registered model, with the data set's class count unless the config sets one; with ``model.init``,
+    started from that checkpoint (:func:`_model_from_init`)."""
     options = dict(cfg.model.options)
     options.setdefault("num_classes", num_classes)
-    model = create_model(cfg.model.name, **options)
     if cfg.model.init:
-        _init_from(model, cfg.model.init)
-    return model
+        return _model_from_init(cfg.model.name, cfg.model.init, options)
+    return create_model(cfg.model.name, **options)
 
 
-def _init_from(model: nn.Module, path: str) -> None:
-    """Start from a checkpoint's weights; a head of another class count is left freshly initialised."""
-    state = read_checkpoint(path)["state_dict"]
+def _model_from_init(name: str, path: str, options: dict[str, Any]) -> nn.Module:
+    """The checkpoint's architecture and weights, at the configured image size - enlarged block-diagonally
+    when larger (Mixer supp. C) - and class count (a fresh head when it differs)."""
+    source = load_model(path)
+    if source.spec.name != name:
+        raise ConfigError(f"model.init {path} holds a {source.spec.name}, not the configured {name}")
+    size = options.get("img_size", getattr(source, "img_size", None))
+    if size != getattr(source, "img_size", None):
+        if size % source.img_size:
+            raise ConfigError(f"model.img_size={size} is not an integer multiple of the checkpoint's "
+                              f"{source.img_size} px (Mixer supp. C enlarges by integer factors)")
+        factor = size // source.img_size
+        base, state = enlarged_options(source, factor), enlarged_state_dict(source, factor)
+    else:
+        base, state = dict(source.spec.overrides), source.state_dict()
+    model = create_model(name, **{**base, **options})
     own = model.state_dict()
     head = [k for k in state if k.startswith("head.") and k in own and state[k].shape != own[k].shape]
     for k in head:
@@ -86,6 +100,7 @@ def _init_from(model: nn.Module, path: str) -> None:
         model.load_state_dict(state, strict=not head)
     except RuntimeError as err:
         raise ConfigError(f"model.init {path}: weights do not fit the model ({str(err).splitlines()[1].strip()})")
+    return model
 
 
 def _transform(cfg: TrainConfig, model: nn.Module, train: bool):
@@ -109,9 +124,15 @@ def _datasets(cfg: TrainConfig, splits: tuple[str, ...]) -> dict:
             for split in splits}
 
 
-def _model_and_data(cfg: TrainConfig, splits: tuple[str, ...]) -> tuple[nn.Module, dict]:
+def _model_and_data(cfg: TrainConfig, splits: tuple[str, ...], checkpoint: dict[str, Any] | None = None
+                    ) -> tuple[nn.Module, dict]:
+    """The data splits and the model; with ``checkpoint`` the model is that checkpoint's (resume, eval)."""
     sets = _datasets(cfg, splits)
-    model = build_model(cfg, sets[splits[0]].info.num_classes)
+    if checkpoint is None:
+        model = build_model(cfg, sets[splits[0]].info.num_classes)
+    else:
+        model = create_model(checkpoint["model"], **checkpoint["overrides"])
+        model.load_state_dict(checkpoint["state_dict"])
     for split, ds in sets.items():
         ds.transform = _transform(cfg, model, split == "train")
     return model, sets
@@ -255,7 +276,8 @@ def train(cfg: TrainConfig | None, run_dir: str | Path, resume: bool = False, st
 def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log: Callable[[str], None],
            stop_after: int | None) -> dict:
     _seed_everything(cfg.run.seed, cfg.run.deterministic)
-    model, sets = _model_and_data(cfg, ("train", "test"))
+    payload = read_checkpoint(run.latest) if resume else None
+    model, sets = _model_and_data(cfg, ("train", "test"), payload)
     train_set, test_set = sets["train"], sets["test"]
     train_loader, train_sampler, train_gen = _loader(train_set, cfg.data.batch_size, ctx, cfg, train=True)
     test_loader, _, _ = _loader(test_set, cfg.data.eval_batch_size, ctx, cfg, train=False)
@@ -271,9 +293,7 @@ def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log:
     optimizer = _optimizer(cfg, model)
     scheduler = _scheduler(cfg, optimizer, len(train_loader))
     start_epoch, best_error = 0, math.inf
-    if resume:
-        payload = read_checkpoint(run.latest)
-        model.load_state_dict(payload["state_dict"])
+    if payload is not None:
         optimizer.load_state_dict(payload["optimizer"])
         scheduler.load_state_dict(payload["scheduler"])
         start_epoch, best_error = payload["epoch"], payload["best_test_error"]
@@ -312,11 +332,11 @@ def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log:
                 f.write(json.dumps(metrics) + "\n")
             last = epoch + 1 == end_epoch
             if last or (epoch + 1) % cfg.run.save_every == 0 or improved:
-                payload = dict(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(), epoch=epoch + 1,
-                               best_test_error=best_error, rng=_rng_state(), config=cfg.as_dict())
-                save_model(run.latest, model, overwrite=True, **payload)
+                state = dict(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(), epoch=epoch + 1,
+                             best_test_error=best_error, rng=_rng_state(), config=cfg.as_dict())
+                save_model(run.latest, model, overwrite=True, **state)
                 if improved:
-                    save_model(run.best, model, overwrite=True, **payload)
+                    save_model(run.best, model, overwrite=True, **state)
             if writer is not None:
                 for key in ("train_loss", "test_loss", "test_error", "lr"):
                     writer.add_scalar(key, metrics[key], epoch + 1)
@@ -405,8 +425,7 @@ def evaluate_run(run_dir: str | Path, which: str = "best") -> dict[str, Any]:
     path = run.best if which == "best" else run.latest
     payload = read_checkpoint(path)
     ctx = dist_.Context(0, 1, torch.device("cuda" if torch.cuda.is_available() and cfg.run.device != "cpu" else "cpu"))
-    model, sets = _model_and_data(cfg, ("test",))
-    model.load_state_dict(payload["state_dict"])
+    model, sets = _model_and_data(cfg, ("test",), payload)
     model.to(ctx.device)
     loader, _, _ = _loader(sets["test"], cfg.data.eval_batch_size, ctx, cfg, train=False)
     return {"run": str(run.root), "checkpoint": which, "epoch": payload["epoch"], **evaluate(model, loader, ctx, cfg)}
