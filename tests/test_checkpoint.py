@@ -52,3 +52,12 @@ def test_weights_that_do_not_fit(tmp_path):
     torch.save(payload, tmp_path / "bad.pt")
     with pytest.raises(ConfigError, match="do not fit"):
         load_model(tmp_path / "bad.pt")
+
+
+def test_written_with_the_permissions_of_a_plain_open(tmp_path):
+    import os
+
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"")  # open() honours the umask: what a checkpoint should get too
+    save_model(tmp_path / "m.pt", pkmixer.create_model("smixer_t4_28"))
+    assert os.stat(tmp_path / "m.pt").st_mode & 0o777 == os.stat(plain).st_mode & 0o777

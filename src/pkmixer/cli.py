@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from collections.abc import Sequence
 
 import torch
@@ -96,8 +97,6 @@ def _csv(text: str, kind: type, flag: str) -> list:
 
 def _fresh_output(path: str | None, overwrite: bool) -> str | None:
     """An output file that does not exist yet (results are never overwritten unless asked)."""
-    from pathlib import Path
-
     if path is not None and Path(path).exists() and not overwrite:
         raise ConfigError(f"{path} exists; pass --overwrite to replace it")
     return path
@@ -105,8 +104,6 @@ def _fresh_output(path: str | None, overwrite: bool) -> str | None:
 
 def _checkpoint_path(text: str) -> str:
     """A checkpoint file, or the best checkpoint of a run directory."""
-    from pathlib import Path
-
     from .train.loop import RunDir
 
     if Path(text).is_dir():
@@ -118,16 +115,15 @@ def _checkpoint_path(text: str) -> str:
 
 
 def _load_model_arg(text: str, overrides: dict) -> torch.nn.Module:
-    """A run directory (its best checkpoint), a checkpoint file, or a registered name built fresh."""
-    from pathlib import Path
-
-    from .train.checkpoint import load_model
+    """A run directory (its best checkpoint), a checkpoint file (pkmixer, timm or Flax), or a registered name
+    built fresh."""
+    from .models.convert import import_checkpoint
 
     text = _checkpoint_path(text)
-    if Path(text).exists() or text.endswith(".pt"):
+    if Path(text).exists() or text.endswith((".pt", ".pth", ".npz")):
         if overrides:
             raise ConfigError("--set applies to registered names, not to checkpoints")
-        return load_model(text)
+        return import_checkpoint(text).model
     return create_model(text, **overrides)
 
 
@@ -318,25 +314,80 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_finetune(args: argparse.Namespace) -> int:
     """Fine-tune a checkpoint at a higher resolution: token-mixing MLPs enlarged block-diagonally (supp. C)."""
-    from .train.checkpoint import read_checkpoint
+    from .models.convert import import_checkpoint
 
     source = _checkpoint_path(args.checkpoint)
-    name = read_checkpoint(source)["model"]
+    name = import_checkpoint(source).model.spec.name
     args.set = [*args.set, f"model.name={name}", f"model.init={source}", f"model.img_size={args.image_size}"]
     args.resume, args.stop_after = False, None
     return cmd_train(args)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Top-1 error and loss of a run's checkpoint on the test split."""
-    from .train.loop import evaluate_run
+    """Top-1 error and loss on the test split: of a run's checkpoint, or of a checkpoint file (pkmixer ``.pt``,
+    timm ``.pth`` or Flax ``.npz``) on the data set given with --set data.name=..."""
+    from .train.loop import evaluate_checkpoint, evaluate_run
 
-    result = evaluate_run(args.run_dir, args.checkpoint)
+    overrides = parse_overrides(args.set)
+    if args.data_dir is not None:
+        overrides["data.data_dir"] = args.data_dir
+    target = Path(args.target)
+    if target.is_file():
+        result = evaluate_checkpoint(target, overrides)
+        where = f"{result['checkpoint']} on {result['data']}"
+    else:
+        if overrides:
+            raise ConfigError("a run directory is evaluated with its own config: drop --set and --data-dir")
+        result = evaluate_run(target, args.checkpoint)
+        where = f"{result['run']} ({result['checkpoint']}, epoch {result['epoch']})"
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"{result['run']} ({result['checkpoint']}, epoch {result['epoch']}): test error "
-              f"{result['test_error']:.2%}, test loss {result['test_loss']:.4f} on {result['test_examples']} examples")
+        print(f"{where}: test error {result['test_error']:.2%}, test loss {result['test_loss']:.4f} "
+              f"on {result['test_examples']} examples")
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    """Convert MLP-Mixer weights between Google's Flax ``.npz`` (Listing 1 names), timm ``.pth`` and pkmixer
+    ``.pt`` checkpoints, by the destination's suffix; --num-classes gives a new zero head (Mixer supp. C)."""
+    from .models.convert import convert_checkpoint
+
+    result = convert_checkpoint(args.src, args.dst, model=args.model, num_classes=args.num_classes,
+                                img_size=args.img_size, overwrite=args.overwrite)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        head = ", new head" if result["head_replaced"] else ""
+        print(f"{result['source']} ({result['source_format']}) -> {result['destination']} "
+              f"({result['destination_format']}): {result['model']}, {result['params'] / 1e6:.2f}M parameters, "
+              f"{result['num_classes']} classes at {result['img_size']} px, {result['dtype']}{head}")
+    return 0
+
+
+def cmd_throughput(args: argparse.Namespace) -> int:
+    """Inference images/s on this device beside supp. Table 2's published throughput and pre-training
+    exaFLOPs, and the exaFLOPs computed as 3 × 2 × MACs × 300M images × epochs."""
+    from .analysis.throughput import throughput_table
+
+    names = None if args.models is None else [n for n in args.models.split(",") if n]
+    rows = throughput_table(names, args.batch_size, args.dtype, args.device, args.warmup, args.repeats,
+                            args.image_size, quick=args.quick)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+
+    def num(value: float | None, fmt: str) -> str:
+        return "-" if value is None else format(value, fmt)
+
+    print(f"{rows[0]['device_name']}, {rows[0]['dtype']}, batch {rows[0]['batch_size']}, "
+          f"median of {rows[0]['repeats']} forwards after {rows[0]['warmup']} warm-up")
+    _print_table([[r["title"] or r["name"], f"{r['params'] / 1e6:.1f}M", f"{r['gmacs']:.2f}", r["image_size"],
+                   f"{r['images_per_s']:.1f}", num(r["published_tpuv3_images_per_s_per_core"], ".0f"),
+                   num(r["published_v100_images_per_s_per_core"], ".0f"), num(r["pretrain_epochs"], "d"),
+                   num(r["exaflops"], ".0f"), num(r["published_exaflops"], ".0f")] for r in rows],
+                 ["model", "params", "GMACs", "px", "img/s here", "TPUv3 img/s/core", "V100 img/s/core",
+                  "epochs", "exaFLOPs", "published"])
     return 0
 
 
@@ -459,9 +510,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_finetune)
 
-    p = sub.add_parser("eval", help="evaluate a run's checkpoint", description=cmd_eval.__doc__)
-    p.add_argument("run_dir", help="a run directory written by `pkmixer train`")
-    p.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    p = sub.add_parser("convert", help="convert Mixer weights: Flax .npz, timm .pth, pkmixer .pt",
+                       description=cmd_convert.__doc__)
+    p.add_argument("src", help="a Flax .npz (e.g. Google's imagenet21k/Mixer-B_16.npz), timm .pth or pkmixer .pt")
+    p.add_argument("dst", help="the file to write; its suffix picks the format: .npz, .pth or .pt")
+    p.add_argument("--model", help="the registered model the weights must fit (default: inferred from the shapes)")
+    p.add_argument("--num-classes", type=int, help="a new zero head with this many classes")
+    p.add_argument("--img-size", type=int, help="the image side (default: the checkpoint's, from its token count)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing destination")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_convert)
+
+    p = sub.add_parser("throughput", help="images/s here beside supp. Table 2", description=cmd_throughput.__doc__)
+    p.add_argument("--models", help="comma-separated registered models (default: the seven Mixers of Table 2)")
+    p.add_argument("--quick", action="store_true", help="Mixer-S/32 and S/16, batch 2: a CPU check in seconds")
+    p.add_argument("--batch-size", type=int, help="images per forward (default 64; 2 with --quick)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: CUDA when present)")
+    p.add_argument("--warmup", type=int, help="untimed forwards first (default 3; 2 with --quick)")
+    p.add_argument("--repeats", type=int, help="timed forwards, median taken (default 10; 2 with --quick)")
+    p.add_argument("--image-size", type=int, help="measure at another resolution (a multiple of the patch)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_throughput)
+
+    p = sub.add_parser("eval", help="evaluate a run or a checkpoint file", description=cmd_eval.__doc__)
+    p.add_argument("target", help="a run directory written by `pkmixer train`, or a checkpoint file")
+    p.add_argument("--checkpoint", choices=["best", "latest"], default="best", help="which of a run's checkpoints")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="for a checkpoint file: the data, e.g. --set data.name=cifar10 --set data.test_subset=1000")
+    p.add_argument("--data-dir", help="for a checkpoint file: where the data set lies")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_eval)
     return parser

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from torch import nn
@@ -19,6 +20,28 @@ from ..errors import ConfigError
 from ..models.registry import create_model
 
 FORMAT, VERSION = "pkmixer-checkpoint", 1
+
+
+def write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write through a temporary file in the same folder, renamed into place: never a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the permissions open() would
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def save_model(path: str | os.PathLike, model: nn.Module, *, overwrite: bool = False, **extra: Any) -> Path:
@@ -31,17 +54,7 @@ def save_model(path: str | os.PathLike, model: nn.Module, *, overwrite: bool = F
         raise ConfigError(f"{path} exists; refusing to overwrite it")
     payload = {"format": FORMAT, "version": VERSION, "model": spec.name, "overrides": dict(spec.overrides),
                "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}, **extra}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, lambda f: torch.save(payload, f))
     return path
 
 

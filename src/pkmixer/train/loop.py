@@ -36,10 +36,11 @@ from tqdm import tqdm
 
 from ..data import build_dataset, build_loss, build_mixup, build_transform, dataset_info
 from ..errors import ConfigError
+from ..models.convert import import_checkpoint
 from ..models.registry import create_model
-from . import distributed as dist_
 from ..models.resolution import enlarged_options, enlarged_state_dict
-from .checkpoint import load_model, read_checkpoint, save_model
+from . import distributed as dist_
+from .checkpoint import read_checkpoint, save_model
 from .config import TrainConfig, build_config, load_yaml, save_yaml
 
 
@@ -78,8 +79,9 @@ def build_model(cfg: TrainConfig, num_classes: int) -> nn.Module:
 
 def _model_from_init(name: str, path: str, options: dict[str, Any]) -> nn.Module:
     """The checkpoint's architecture and weights, at the configured image size - enlarged block-diagonally
-    when larger (Mixer supp. C) - and class count (a fresh head when it differs)."""
-    source = load_model(path)
+    when larger (Mixer supp. C) - and class count (a fresh head when it differs). The checkpoint is a
+    pkmixer ``.pt``, a timm state dict or a Flax ``.npz`` of Google's (:func:`import_checkpoint`)."""
+    source = import_checkpoint(path).model
     if source.spec.name != name:
         raise ConfigError(f"model.init {path} holds a {source.spec.name}, not the configured {name}")
     size = options.get("img_size", getattr(source, "img_size", None))
@@ -429,3 +431,26 @@ def evaluate_run(run_dir: str | Path, which: str = "best") -> dict[str, Any]:
     model.to(ctx.device)
     loader, _, _ = _loader(sets["test"], cfg.data.eval_batch_size, ctx, cfg, train=False)
     return {"run": str(run.root), "checkpoint": which, "epoch": payload["epoch"], **evaluate(model, loader, ctx, cfg)}
+
+
+def evaluate_checkpoint(path: str | Path, overrides: dict[str, Any] | None = None,
+                        log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Top-1 error and loss of a checkpoint file - pkmixer, timm or Flax ``.npz`` - on a data set's test split.
+
+    ``overrides`` are ``section.key`` settings (``data.name``, ``data.data_dir``, ``model.img_size``, ...); the
+    model is the checkpoint's. A data set with another class count than the checkpoint's head is refused.
+    """
+    imported = import_checkpoint(path).model
+    cfg = build_config(None, {**(overrides or {}), "model.name": imported.spec.name, "model.init": str(path)})
+    cfg = resolve_auto_data(cfg, log)
+    ctx = dist_.Context(0, 1, torch.device("cuda" if torch.cuda.is_available() and cfg.run.device != "cpu" else "cpu"))
+    sets = _datasets(cfg, ("test",))
+    classes = sets["test"].info.num_classes
+    if classes != imported.num_classes:
+        raise ConfigError(f"{path} has a {imported.num_classes}-class head and {cfg.data.name} has {classes} "
+                          "classes: fine-tune it first (pkmixer train --set model.init=...)")
+    model, sets = _model_and_data(cfg, ("test",))
+    model.to(ctx.device)
+    loader, _, _ = _loader(sets["test"], cfg.data.eval_batch_size, ctx, cfg, train=False)
+    return {"checkpoint": str(path), "model": imported.spec.name, "data": cfg.data.name,
+            **evaluate(model, loader, ctx, cfg)}
