@@ -6,8 +6,8 @@ import torch.nn.functional as F
 import pkmixer
 from pkmixer.layers.pk import PKMixing, transpose_index
 from pkmixer.layers.mlp import FcAct, Mlp
-from pkmixer.theory.effective import (bare_smixer, bare_smixer_vec, commutation_matrix, effective_mlp,
-                                      kron_identity, mixer_monarch_factors, permutation_matrix,
+from pkmixer.theory.effective import (bare_smixer, bare_smixer_vec, block_diagonal, commutation_matrix,
+                                      effective_mlp, kron_identity, mixer_monarch_factors, permutation_matrix,
                                       pk_effective_layers, unvec, vec)
 
 from conftest import perturb_, rel_err
@@ -152,6 +152,14 @@ MODEL_CASES = [
     ("swmlp_t4_28", dict(depth=2)),
     ("swmlp_f2_32", dict(embed_dim=4, width=300, depth=2, density=0.1)),
     ("swmlp_f2_32", dict(embed_dim=4, width=200, depth=2, density=0.2, weight_format="masked")),
+    # the token-mixing ablations of Mixer supp. A.1, alone and combined (S0 = 16 at 16 px)
+    ("mixer_untied_t4_28", dict(img_size=16, depth=2, embed_dim=6)),
+    ("mixer_grouped_t4_28", dict(img_size=16, depth=2, embed_dim=8)),
+    ("mixer_views_t4_28", dict(img_size=16, depth=2, embed_dim=8)),
+    ("mixer_pyramid_t4_28", dict(img_size=16, depth=3, embed_dim=6, token_schedule=(12, 9, 4))),  # 16 -> 12 -> 9 -> 4
+    ("smixer_t4_28", dict(img_size=16, depth=2, embed_dim=6, untied_tokens=True, channel_groups=2)),
+    ("rp_mixer_s64_32", dict(img_size=16, depth=3, embed_dim=6, untied_tokens=True, token_schedule=(20, 9, 9))),
+    ("mixer_views_t4_28", dict(img_size=16, depth=2, embed_dim=8, untied_tokens=True, token_schedule=(16, 9))),
     ("shallow_dense_28", {}),
     ("shallow_kronecker_28", {}),
     ("shallow_monarch_28", dict(factors=(49, 16))),
@@ -182,3 +190,47 @@ def test_effective_mlp_detects_a_wrong_permutation():
     x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
     with torch.no_grad():
         assert rel_err(eff(x), model(x)) > 1e-6
+
+
+def _ablation_token_mixing(**options):
+    model = perturb_(pkmixer.create_model("mixer_t4_28", img_size=16, depth=1, embed_dim=8, **options).double())
+    return model.blocks[0].token.mixing
+
+
+def test_untied_token_mixing_is_block_diagonal_with_distinct_blocks():
+    """Mixer supp. A.1 untied: blockdiag(W⁽¹⁾, ..., W⁽ᶜ⁾) on vec(X) instead of I_C ⊗ W."""
+    mixing = _ablation_token_mixing(untied_tokens=True)
+    fc1, fc2 = pk_effective_layers(mixing, "t", 16, 16, 8)
+    W1, W2 = mixing.mlp.fc1.weight.detach(), mixing.mlp.fc2.weight.detach()  # (C, D_S, S), (C, S, D_S)
+    assert torch.equal(fc1.weight.to_dense(), torch.block_diag(*W1))
+    assert torch.equal(fc2.weight.to_dense(), torch.block_diag(*W2))
+    assert torch.equal(block_diagonal(W1).to_dense(), torch.block_diag(*W1))
+    assert fc1.density == pytest.approx(1 / 8)
+
+
+@pytest.mark.parametrize("G", [2, 4])
+def test_grouped_token_mixing_is_I_kron_W_on_vec(G):
+    """Grouping stacks G neighbouring columns, the column-major reshape: vec(X_G) = vec(X), so the effective
+    weight is I_{C/G} ⊗ W_G with no permutation at all, density G/C."""
+    mixing = _ablation_token_mixing(channel_groups=G)
+    fc1, fc2 = pk_effective_layers(mixing, "t", 16, 16, 8)
+    I = torch.eye(8 // G, dtype=torch.float64)
+    assert torch.equal(fc1.weight.to_dense(), torch.kron(I, mixing.mlp.fc1.weight.detach()))
+    assert torch.equal(fc2.weight.to_dense(), torch.kron(I, mixing.mlp.fc2.weight.detach()))
+    assert fc1.density == pytest.approx(G / 8)
+    X = torch.randn(3, 16, 8, dtype=torch.float64)
+    with torch.no_grad():
+        assert rel_err(unvec(fc2(fc1(vec(X))), 16, 8), mixing(X)) < TOL
+
+
+def test_views_are_a_dense_A_kron_I_layer_before_the_grouped_one():
+    mixing = _ablation_token_mixing(channel_groups=4, group_views=True, token_schedule=[9])
+    views, fc1, fc2 = pk_effective_layers(mixing, "t", 16, 9, 8)
+    A = mixing.views.weight.detach()  # (C, C): token x -> A x
+    assert views.name == "t.views" and views.bias is None and views.act is None
+    assert torch.equal(views.weight.to_dense(), torch.kron(A, torch.eye(16, dtype=torch.float64)))  # Eq. 6
+    assert torch.equal(fc1.weight.to_dense(), torch.kron(torch.eye(2, dtype=torch.float64),
+                                                          mixing.mlp.fc1.weight.detach()))
+    X = torch.randn(3, 16, 8, dtype=torch.float64)
+    with torch.no_grad():
+        assert rel_err(unvec(fc2(fc1(views(vec(X)))), 9, 8), mixing(X)) < TOL

@@ -96,9 +96,16 @@ def test_pictures_are_written(tmp_path, suffix, magic):
 
 def test_bad_pictures_raise_config_error(tmp_path):
     model = pkmixer.create_model("mixer_t4_28")
-    with pytest.raises(ConfigError, match="square"):  # block 1 reads S = 48 tokens
+    with pytest.raises(ConfigError, match="projected by an earlier block"):  # block 1 reads 48 learned tokens
         visualize("token-units", tmp_path / "t.png", model=pkmixer.create_model("mixer_t4_28", num_tokens=48),
                   block=1)
+    visualize("token-units", tmp_path / "ok0.png", model=pkmixer.create_model("mixer_t4_28", num_tokens=48))
+    with pytest.raises(ConfigError, match="projected by an earlier block"):  # S = 49, 49, 25, 16
+        visualize("token-units", tmp_path / "t.png", model=pkmixer.create_model("mixer_pyramid_t4_28"), block=3)
+    for name, option in [("mixer_untied_t4_28", "untied_tokens"), ("mixer_views_t4_28", "group_views")]:
+        with pytest.raises(ConfigError, match=option):
+            visualize("token-units", tmp_path / "t.png", model=pkmixer.create_model(name))
+    visualize("token-units", tmp_path / "ok.png", model=pkmixer.create_model("mixer_pyramid_t4_28"), block=1)
     with pytest.raises(ConfigError, match="no spatial layout"):
         visualize("token-units", tmp_path / "t.png", model=pkmixer.create_model("rp_smixer_t4_28"))
     with pytest.raises(ConfigError, match="block"):

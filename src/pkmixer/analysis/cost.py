@@ -40,6 +40,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..errors import ConfigError, check_density, check_positive, check_positive_int, unknown_name
+from ..layers.ablations import BatchedLinear, GroupedTokenMixing
 from ..layers.pk import PKMixing
 from ..layers.sparse import MaskedLinear, SparseLinear
 from ..layers.structured import KroneckerLinear, MonarchLinear
@@ -109,11 +110,14 @@ def _check_model(model: object) -> nn.Module:
 
 def _rows_per_image(model: nn.Module) -> dict[int, int]:
     """How many vectors per image each Linear sees, by module id: one per Kronecker block inside a mixing
-    layer, one per channel in the token-projection skip, else one."""
+    layer (grouped ones included; an untied map has a weight per block), one per token in the views of a
+    grouped mixing (Mixer supp. A.1), one per channel in the token-projection skip, else one."""
     rows = {}
     for module in model.modules():
-        if isinstance(module, PKMixing):
+        if isinstance(module, (PKMixing, GroupedTokenMixing)):
             rows.update({id(m): module.other for m in module.mlp.modules()})
+            if isinstance(module, GroupedTokenMixing) and module.views is not None:
+                rows[id(module.views)] = module.in_tokens
         elif isinstance(module, TokenProjectionSkip):
             rows[id(module.proj)] = module.norm.normalized_shape[0]
     return rows
@@ -131,9 +135,9 @@ def layer_costs(model: nn.Module) -> list[LayerCost]:
             w = (model.img_size + 2 * p2 - d2 * (k2 - 1) - 1) // s2 + 1
             fan_in = m.in_channels // m.groups * k1 * k2
             out.append(LayerCost(name, "conv", h * w, fan_in, m.out_channels, h * w * fan_in * m.out_channels))
-        elif isinstance(m, (nn.Linear, MaskedLinear)):
+        elif isinstance(m, (nn.Linear, MaskedLinear, BatchedLinear)):
             n = rows.get(id(m), 1)
-            kind = "linear" if isinstance(m, nn.Linear) else "masked"
+            kind = "masked" if isinstance(m, MaskedLinear) else "linear"
             out.append(LayerCost(name, kind, n, m.in_features, m.out_features, n * m.in_features * m.out_features))
         elif isinstance(m, SparseLinear):
             out.append(LayerCost(name, "sparse", 1, m.in_features, m.out_features, m.nnz))

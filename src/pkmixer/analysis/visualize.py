@@ -201,6 +201,12 @@ def plot_token_units(model: nn.Module, path: str | Path, *, block: int = 0, num_
         raise ConfigError(f"token-mixing units need a Mixer, got {type(model).__name__}")
     if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block < model.depth:
         raise ConfigError(f"block must be an index in [0, {model.depth}), got {block!r}")
+    if model.untied_tokens or model.channel_groups > 1 or model.group_views:
+        raise ConfigError(f"token-mixing units of a Mixer with the supp. A.1 option(s) "
+                          f"{', '.join(model.token_ablations)} are not one S-pixel image per unit")
+    if any(blk.token.skip is not None for blk in model.blocks[:block]):
+        raise ConfigError(f"block {block} reads tokens projected by an earlier block (num_tokens or a pyramid): "
+                          "they are no longer image patches")
     mixing = model.blocks[block].token.mixing
     if mixing.perms[0] != "commutation":
         raise ConfigError(f"block {block}'s token mixing reads permuted inputs ({mixing.perms[0]} J₁): its units "

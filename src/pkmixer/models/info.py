@@ -11,6 +11,8 @@ class ModelInfo:
     ``mixing_layers`` counts the hidden linear layers of the effective MLP; ``connections`` is Ω, the average number of non-zero entries of the effective weight per hidden layer;
     ``effective_width`` is m (S·C for a Mixer, the layer width for an MLP) and ``max_width`` the widest
     hidden layer (γm for MLP blocks); ``density`` is the mean fraction of non-zero entries, Ω / (in·out).
+    For a Mixer, ``tokens_per_block`` is S after each block's token mixing; in a pyramid (Mixer supp. A.1) it
+    varies, and ``num_tokens`` and ``effective_width`` are the first block's. Other families leave it None.
     """
 
     family: str
@@ -25,6 +27,7 @@ class ModelInfo:
     effective_width: int
     max_width: int
     density: float
+    tokens_per_block: tuple[int, ...] | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)

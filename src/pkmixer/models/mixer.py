@@ -10,24 +10,35 @@
   with frozen uniformly random J₁, J₂ drawn from ``structure_seed``; ``"all"`` for an RP Mixer, a list of
   block indices for Fig. S.4.
 
+* The token-mixing ablations of the Mixer supplementary, A.1 (modules in :mod:`pkmixer.layers.ablations`):
+  ``untied_tokens`` (C separate token MLPs), ``channel_groups=G`` (the token MLP reads G neighbouring channels
+  at once, (S·G)×(C/G)), ``group_views`` (G trainable views R^C -> R^{C/G} instead of the plain regrouping) and
+  ``token_schedule`` (a pyramid: S per block, the token mixing of a block maps S_in -> S_out and its skip
+  becomes LN(W̃ X) whenever S changes).
+
 Hidden widths: ``mlp_ratio=γ`` (or a (γ_token, γ_channel) pair) gives D_S = γS and D_C = γC as in Hayase &
 Karakida; ``token_hidden`` / ``channel_hidden`` set D_S, D_C directly, as Table 1 of Tolstikhin et al. does.
+With channel groups the token MLP's input is S·G wide and D_S = γ·S·G; in a pyramid S is each block's output
+token count.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import torch
 from timm.layers import DropPath, lecun_normal_
 from torch import nn
 
 from ..errors import ConfigError, check_positive, check_positive_int, check_rate
+from ..layers.ablations import BatchedFcAct, BatchedLinear, BatchedMlp, GroupedTokenMixing
 from ..layers.mlp import FcAct, Mlp
 from ..layers.pk import PKMixing
 from .features import check_where, select_indices
 from .info import ModelInfo
 
 BLOCK_KINDS = {"mlp": Mlp, "fc": FcAct}
+UNTIED_KINDS = {"mlp": BatchedMlp, "fc": BatchedFcAct}  # the same with one MLP per vector (supp. A.1)
 RP = ("random", "random")
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {"gelu": nn.GELU, "relu": nn.ReLU, "identity": nn.Identity}
 
@@ -101,6 +112,33 @@ def _parse_rp_blocks(rp_blocks: str | Sequence[int] | None, depth: int) -> froze
     return frozenset(chosen)
 
 
+def _block_shapes(mixing: PKMixing | GroupedTokenMixing) -> list[tuple[int, int, int]]:
+    """(blocks n, in, out) of each linear map of a mixing layer's effective MLP: its weight is block diagonal
+    (up to the permutations) with n blocks of out×in - shared, or distinct when untied. The views of a
+    :class:`GroupedTokenMixing` are the map A ⊗ I_S: S blocks of C×C."""
+    views = ([(mixing.in_tokens, mixing.channels, mixing.channels)]
+             if isinstance(mixing, GroupedTokenMixing) and mixing.views is not None else [])
+    return views + [(mixing.other, lin.in_features, lin.out_features) for lin in mixing.mlp.linears()]
+
+
+def _parse_token_schedule(schedule: Sequence[int] | None, depth: int, grid: int, num_tokens: int | None
+                          ) -> tuple[int, ...]:
+    """S after each block's token mixing: given, else num_tokens (or S₀) throughout (supp. A.1 pyramids)."""
+    if schedule is None:
+        return (grid if num_tokens is None else num_tokens,) * depth
+    entries = list(schedule) if isinstance(schedule, Sequence) and not isinstance(schedule, str) else None
+    if (entries is None or len(entries) != depth
+            or any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in entries)
+            or any(b > a for a, b in zip(entries, entries[1:]))):
+        raise ConfigError(f"token_schedule must list depth={depth} non-increasing positive integers, the tokens "
+                          f"after each block's token mixing (the first may differ from the {grid} patches), "
+                          f"got {schedule!r}")
+    if num_tokens is not None and entries[0] != num_tokens:
+        raise ConfigError(f"token_schedule starts at {entries[0]} tokens but num_tokens is {num_tokens}: "
+                          "the first entry is the first block's S")
+    return tuple(entries)
+
+
 def _ratio_pair(mlp_ratio: float | Sequence[float]) -> tuple[float, float]:
     pair = (mlp_ratio, mlp_ratio) if isinstance(mlp_ratio, (int, float)) else tuple(mlp_ratio)
     if len(pair) != 2:
@@ -128,6 +166,10 @@ class Mixer(nn.Module):
         rp_blocks: str | Sequence[int] | None = None,  # "all", "none" or block indices made RP
         structure_seed: int = 0,  # seed of the frozen permutations
         token_tiles: int = 1,  # K: order tokens as K×K spatial parts, each a contiguous run (Mixer supp. C)
+        untied_tokens: bool = False,  # a separate token MLP per channel (per group with G > 1) (Mixer supp. A.1)
+        channel_groups: int = 1,  # G: token MLPs read G neighbouring channels, (S·G)×(C/G) (Mixer supp. A.1)
+        group_views: bool = False,  # G trainable views R^C -> R^{C/G} instead of the plain regrouping (supp. A.1)
+        token_schedule: Sequence[int] | None = None,  # S after each block's token mixing: a pyramid (supp. A.1)
         norm_eps: float = 1e-6,  # LayerNorm ε: 1e-6 as Flax/timm, 1e-5 in Hayase & Karakida (S.4)
         act: str = "gelu",
         drop_rate: float = 0.0,  # dropout before the head
@@ -153,17 +195,30 @@ class Mixer(nn.Module):
         check_positive_int("token_tiles", token_tiles)
         if (img_size // patch_size) % token_tiles:
             raise ConfigError(f"token_tiles {token_tiles} does not divide the {img_size // patch_size}-patch grid")
+        for name, value in [("untied_tokens", untied_tokens), ("group_views", group_views)]:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{name} must be true or false, got {value!r}")
+        G = check_positive_int("channel_groups", channel_groups)
+        if embed_dim % G:
+            raise ConfigError(f"channel_groups G={G} must divide embed_dim C={embed_dim}")
 
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.num_classes = num_classes
         self.grid_tokens = (img_size // patch_size) ** 2  # S0
-        self.num_tokens = self.grid_tokens if num_tokens is None else check_positive_int("num_tokens", num_tokens)
+        if num_tokens is not None:
+            check_positive_int("num_tokens", num_tokens)
+        self.token_schedule = _parse_token_schedule(token_schedule, depth, self.grid_tokens, num_tokens)
+        self.num_tokens = self.token_schedule[0]  # S of the first block (of every block unless a pyramid)
         self.embed_dim = C = embed_dim
         self.depth = depth
         self.block_kind = block
         self.rp_blocks = _parse_rp_blocks(rp_blocks, depth)
         self.structure_seed = structure_seed
-        S0, S = self.grid_tokens, self.num_tokens
+        self.untied_tokens, self.channel_groups, self.group_views = untied_tokens, G, group_views
+        if (G > 1 or group_views) and self.rp_blocks:
+            raise ConfigError("channel_groups and group_views regroup neighbouring channels, which the random J₁ of an "
+                              "RP block has already scattered: use them without rp_blocks")
+        S0 = self.grid_tokens
 
         if block == "fc":
             if token_hidden is not None or channel_hidden is not None:
@@ -171,14 +226,19 @@ class Mixer(nn.Module):
             if mlp_ratio is not None:
                 raise ConfigError("the S-Mixer (block='fc') has no hidden layer: drop mlp_ratio")
             self.token_hidden = self.channel_hidden = None
+            token_hiddens = [None] * depth
         else:
             gamma_t, gamma_c = _ratio_pair(4.0 if mlp_ratio is None else mlp_ratio)
-            self.token_hidden = (check_positive_int("token_hidden", token_hidden) if token_hidden is not None
-                                 else max(1, int(gamma_t * S)))
+            if token_hidden is not None:
+                check_positive_int("token_hidden", token_hidden)
+            token_hiddens = [token_hidden if token_hidden is not None else max(1, int(gamma_t * s * G))
+                             for s in self.token_schedule]
+            self.token_hidden = token_hiddens[0]  # D_S of the first block (of every block unless a pyramid)
             self.channel_hidden = (check_positive_int("channel_hidden", channel_hidden)
                                    if channel_hidden is not None else max(1, int(gamma_c * C)))
 
         mlp_layer, act_layer = BLOCK_KINDS[block], ACTIVATIONS[act]
+        token_layer = partial(UNTIED_KINDS[block], C // G) if untied_tokens else mlp_layer  # untied: one per C/G rows
         dpr = [drop_path_rate * i / max(1, 2 * depth - 1) for i in range(2 * depth)]  # linear ramp over the MLPs
         generator = torch.Generator().manual_seed(structure_seed)
 
@@ -188,14 +248,17 @@ class Mixer(nn.Module):
             self.register_buffer("token_order", tiled_token_order(img_size // patch_size, token_tiles),
                                  persistent=False)
         blocks = []
-        for i in range(depth):
+        for i, (s_in, S) in enumerate(zip((S0, *self.token_schedule), self.token_schedule)):
             rp = i in self.rp_blocks
-            s_in = S0 if i == 0 else S
-            token = PKMixing(mlp_layer(s_in, self.token_hidden, S, act_layer, proj_drop_rate), "token", C, s_in, S,
-                             perms=RP if rp else None, generator=generator)
+            token_mlp = token_layer(s_in * G, token_hiddens[i], S * G, act_layer, proj_drop_rate)
+            if G == 1 and not group_views:
+                token = PKMixing(token_mlp, "token", C, s_in, S, perms=RP if rp else None, generator=generator)
+            else:
+                token = GroupedTokenMixing(token_mlp, C, G, s_in, S, views=group_views)
             channel = PKMixing(mlp_layer(C, self.channel_hidden, C, act_layer, proj_drop_rate), "channel", S, C, C,
                                perms=RP if rp else None, generator=generator)
-            skip = TokenProjectionSkip(S0, S, C, norm_eps) if i == 0 and num_tokens is not None else None
+            skip = (TokenProjectionSkip(s_in, S, C, norm_eps) if s_in != S or (i == 0 and num_tokens is not None)
+                    else None)
             blocks.append(MixerBlock(
                 MixingSublayer(nn.LayerNorm(C, eps=norm_eps), token, dpr[2 * i], skip),
                 MixingSublayer(nn.LayerNorm(C, eps=norm_eps), channel, dpr[2 * i + 1])))
@@ -212,17 +275,29 @@ class Mixer(nn.Module):
                 lecun_normal_(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
+            elif isinstance(module, BatchedLinear):
+                module.reset_parameters()
             elif isinstance(module, nn.LayerNorm):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
         nn.init.zeros_(self.head.weight)
+
+    @property
+    def token_ablations(self) -> tuple[str, ...]:
+        """The options of Mixer supp. A.1 in use: empty for Listing 1's token mixing (what timm, Flax checkpoints
+        and block-diagonal resolution enlargement handle)."""
+        used = [("untied_tokens", self.untied_tokens), ("channel_groups", self.channel_groups > 1),
+                ("group_views", self.group_views), ("token_schedule", len(set(self.token_schedule)) > 1)]
+        return tuple(name for name, on in used if on)
 
     # ---- forward -------------------------------------------------------------------------------------
     def forward_stem(self, x: torch.Tensor) -> torch.Tensor:
         if x.ndim != 4 or tuple(x.shape[1:]) != (self.in_chans, self.img_size, self.img_size):
             raise ValueError(f"expected input of shape (B, {self.in_chans}, {self.img_size}, {self.img_size}), "
                              f"got {tuple(x.shape)}")
-        x = self.stem(x).flatten(2).transpose(1, 2)  # (B, C, H/P, W/P) -> (B, S0, C), raster order
+        # (B, C, H/P, W/P) -> (B, S0, C), raster order; made contiguous once here, else every residual sum
+        # inherits the transposed layout and each LayerNorm copies its input and gradient (docs/performance.md)
+        x = self.stem(x).flatten(2).transpose(1, 2).contiguous()
         return x if self.token_tiles == 1 else x.index_select(1, self.token_order)  # K² contiguous parts
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
@@ -247,7 +322,8 @@ class Mixer(nn.Module):
     def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] | None = None, *,
                               where: str = "block", norm: bool = False, intermediates_only: bool = False
                               ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
-        """Features at the chosen points (see :mod:`pkmixer.models.features`), each (B, S, C).
+        """Features at the chosen points (see :mod:`pkmixer.models.features`), each (B, S, C) with S the
+        block's output tokens (it varies in a pyramid; a token branch has them too).
 
         Returns ``(final normalised features, intermediates)``, or the list alone with
         ``intermediates_only`` (then the forward stops after the last requested point).
@@ -273,19 +349,22 @@ class Mixer(nn.Module):
 
     # ---- description ---------------------------------------------------------------------------------
     def info(self) -> ModelInfo:
-        """Parameters, S, C, γ, connections Ω per mixing layer and effective width m = SC (Eqs. 13-14)."""
+        """Parameters, S, C, γ, connections Ω per mixing layer and effective width m = SC (Eqs. 13-14).
+
+        S and m are the first block's (a pyramid lists every block's S in ``tokens_per_block``); γ_token is
+        D_S / (S·G), relative to the token MLP's input width.
+        """
         S, C = self.num_tokens, self.embed_dim
-        # every Dense of a mixing layer is a block-diagonal effective weight: n blocks of (out, in)
-        layers = [(mixing.other, lin.in_features, lin.out_features)
-                  for blk in self.blocks for mixing in (blk.token.mixing, blk.channel.mixing)
-                  for lin in mixing.mlp.linears()]
+        layers = [shape for blk in self.blocks for mixing in (blk.token.mixing, blk.channel.mixing)
+                  for shape in _block_shapes(mixing)]
         nnz = sum(n * i * o for n, i, o in layers)
         return ModelInfo(
             family="MLP-Mixer" if self.block_kind == "mlp" else "S-Mixer",
             params=sum(p.numel() for p in self.parameters()),
             num_tokens=S, embed_dim=C,
-            gamma_token=None if self.token_hidden is None else self.token_hidden / S,
+            gamma_token=None if self.token_hidden is None else self.token_hidden / (S * self.channel_groups),
             gamma_channel=None if self.channel_hidden is None else self.channel_hidden / C,
             depth=self.depth, mixing_layers=len(layers), connections=nnz / len(layers), effective_width=S * C,
             max_width=max(n * o for n, _, o in layers),
-            density=nnz / sum(n * i * n * o for n, i, o in layers))
+            density=nnz / sum(n * i * n * o for n, i, o in layers),
+            tokens_per_block=self.token_schedule)

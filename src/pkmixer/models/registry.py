@@ -110,9 +110,17 @@ register("mixer_s64_32", Mixer, "MLP-Mixer S=C=64, γ=4, 8 blocks", f"{_HAYASE},
          **_CIFAR, depth=8, embed_dim=64, mlp_ratio=4.0)
 register("rp_mixer_s64_32", Mixer, "RP MLP-Mixer S=C=64, γ=4, 8 blocks", f"{_HAYASE}, Sec. 5.2, App. D.7",
          **_CIFAR, depth=8, embed_dim=64, mlp_ratio=4.0, rp_blocks="all")
-register("mixer_t4_28", Mixer, "small MLP-Mixer for 28 px grey images: S=49, C=64, γ=2, 4 blocks", "pkmixer",
-         img_size=28, patch_size=4, in_chans=1, num_classes=10, norm_eps=1e-5, depth=4, embed_dim=64,
-         mlp_ratio=2.0)
+_T4 = dict(img_size=28, patch_size=4, in_chans=1, num_classes=10, norm_eps=1e-5, depth=4, embed_dim=64, mlp_ratio=2.0)
+register("mixer_t4_28", Mixer, "small MLP-Mixer for 28 px grey images: S=49, C=64, γ=2, 4 blocks", "pkmixer", **_T4)
+_ABLATION = "Tolstikhin et al. 2021, supp. A.1"  # the token-mixing ablations, on mixer_t4_28
+register("mixer_untied_t4_28", Mixer, "mixer_t4_28 with untied token mixing: C=64 separate token MLPs", _ABLATION,
+         **_T4, untied_tokens=True)
+register("mixer_grouped_t4_28", Mixer, "mixer_t4_28 with token MLPs on G=4 grouped channels: (S·G)×(C/G) = 196×16",
+         _ABLATION, **_T4, channel_groups=4)
+register("mixer_views_t4_28", Mixer, "mixer_t4_28 with G=4 trainable views R^64 -> R^16 mixed as 196×16", _ABLATION,
+         **_T4, channel_groups=4, group_views=True)
+register("mixer_pyramid_t4_28", Mixer, "mixer_t4_28 as a pyramid: S = 49, 49, 25, 16 after blocks 1-4", _ABLATION,
+         **_T4, token_schedule=(49, 49, 25, 16))
 for _s in (64, 128):
     _tokens = None if _s == 64 else _s  # S0 = 64 at 32 px with 4 px patches; S=128 needs the skip layer
     register(f"smixer_s{_s}_32", Mixer, f"S-Mixer S=C={_s}, 8 blocks", f"{_HAYASE}, Figs. 5-7, App. C.4, C.6",

@@ -26,6 +26,9 @@ def _check_enlargeable(model: nn.Module, factor: int) -> Mixer:
         raise ConfigError("RP blocks mix permuted tokens: their token MLPs cannot be copied block-diagonally")
     if model.num_tokens != model.grid_tokens or model.blocks[0].token.skip is not None:
         raise ConfigError("a Mixer whose token count differs from its patch grid (num_tokens) cannot be enlarged")
+    if model.token_ablations:
+        raise ConfigError(f"a Mixer with the supp. A.1 option(s) {', '.join(model.token_ablations)} has no "
+                          "block-diagonal enlargement")
     if getattr(model, "spec", None) is None:
         raise ConfigError("only models built by pkmixer.create_model (or loaded from checkpoints) can be enlarged")
     return model

@@ -11,6 +11,12 @@ Mixer this reduces to I_C ⊗ W for token mixing and Vᵀ ⊗ I_S for channel mi
 wide MLP whose linear maps are these sparse matrices. LayerNorm over channels, skips, pooling and the head
 are kept as they are (they are per-token operations, not mixing). :func:`bare_smixer` and
 :func:`bare_smixer_vec` state Prop. 3.2, :func:`mixer_monarch_factors` Cor. 3.4.
+
+The token-mixing ablations of the Mixer supplementary (A.1) have effective weights of the same kind: untied
+token mixing blockdiag(W⁽¹⁾, ..., W⁽ᶜ⁾) with C distinct blocks; grouped channels I_{C/G} ⊗ W_G on vec(X) itself
+(grouping is the column-major reshape, so it permutes nothing in vec coordinates); G views the extra linear
+map A ⊗ I_S before the grouped one; a pyramid a different S on each side of a block (I_C ⊗ W₁, I_C ⊗ W₂ with
+W₁ ∈ R^{D_S×S_in}, W₂ ∈ R^{S_out×D_S}, and the skip LN((I_C ⊗ W̃) vec(X))).
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..layers.ablations import BatchedFcAct, BatchedMlp, GroupedTokenMixing
 from ..layers.mlp import FcAct, Mlp
 from ..layers.pk import PKMixing
 from ..layers.structured import KroneckerLinear, MonarchLinear
@@ -59,12 +66,17 @@ def commutation_matrix(rows: int, cols: int, dtype: torch.dtype = torch.float64)
     return _sparse(i * cols + j, j * rows + i, torch.ones(rows * cols, dtype=dtype), (rows * cols, rows * cols))
 
 
+def block_diagonal(blocks: torch.Tensor) -> torch.Tensor:
+    """Sparse blockdiag(blocks[0], ..., blocks[n-1]) for blocks of shape (n, out, in)."""
+    n, out, inp = blocks.shape
+    b, r, c = torch.meshgrid(torch.arange(n), torch.arange(out), torch.arange(inp), indexing="ij")
+    return _sparse((b * out + r).reshape(-1), (b * inp + c).reshape(-1), blocks.detach().reshape(-1),
+                   (n * out, n * inp))
+
+
 def kron_identity(n: int, W: torch.Tensor) -> torch.Tensor:
     """Sparse I_n ⊗ W for W of shape (out, in): n diagonal copies of W."""
-    out, inp = W.shape
-    b, r, c = torch.meshgrid(torch.arange(n), torch.arange(out), torch.arange(inp), indexing="ij")
-    return _sparse((b * out + r).reshape(-1), (b * inp + c).reshape(-1), W.detach().expand(n, out, inp).reshape(-1),
-                   (n * out, n * inp))
+    return block_diagonal(W.detach().expand(n, *W.shape))
 
 
 def spmm(*mats: torch.Tensor) -> torch.Tensor:
@@ -141,20 +153,28 @@ def _vec_layer_norm(ln: nn.LayerNorm, S: int, C: int) -> Callable[[torch.Tensor]
     return lambda x: vec(ln(unvec(x, S, C)))
 
 
-def _mlp_linears(mlp: nn.Module) -> list[tuple[nn.Linear, nn.Module | None]]:
-    if isinstance(mlp, Mlp):
+def _mlp_linears(mlp: nn.Module) -> list[tuple[nn.Module, nn.Module | None]]:
+    if isinstance(mlp, (Mlp, BatchedMlp)):
         return [(mlp.fc1, mlp.act), (mlp.fc2, None)]
-    if isinstance(mlp, FcAct):
+    if isinstance(mlp, (FcAct, BatchedFcAct)):
         return [(mlp.fc, mlp.act)]
     raise TypeError(f"no effective form for mixing MLP {type(mlp).__name__}")
 
 
-def pk_effective_layers(mixing: PKMixing, name: str, S_in: int, S_out: int, C: int) -> list[EffectiveLinear]:
+def pk_effective_layers(mixing: PKMixing | GroupedTokenMixing, name: str, S_in: int, S_out: int, C: int
+                        ) -> list[EffectiveLinear]:
     """The Dense layers of a (normal or RP) mixing as sparse matrices on vec coordinates (Eq. 19, S.21-S.23).
 
     The first maps vec(X) (X ∈ R^{S_in×C}) to the hidden blocks, the last maps the hidden blocks to vec(Y)
-    (Y ∈ R^{S_out×C}); with one Dense both ends apply.
+    (Y ∈ R^{S_out×C}); with one Dense both ends apply. Untied MLPs give distinct diagonal blocks. A grouped token
+    mixing (Mixer supp. A.1) is the PK layer of its grouping gathers with C/G blocks; with views, a first
+    layer ``{name}.views`` = A ⊗ I_S (no bias, no activation) comes before it.
     """
+    views = []
+    if isinstance(mixing, GroupedTokenMixing) and mixing.views is not None:
+        Jc = commutation_matrix(S_in, C)
+        A = kron_identity(S_in, mixing.views.weight.double())  # per-token Linear on storage: I_S ⊗ A
+        views = [EffectiveLinear(f"{name}.views", spmm(Jc.t(), A, Jc), None)]  # on vec: A ⊗ I_S (Eq. 6)
     J1, J2 = mixing.gather_indices()
     C_in = C_out = C
     if mixing.axis == "channel":
@@ -164,15 +184,18 @@ def pk_effective_layers(mixing: PKMixing, name: str, S_in: int, S_out: int, C: i
     linears = _mlp_linears(mixing.mlp)
     out = []
     for k, (lin, act) in enumerate(linears):
-        W = kron_identity(mixing.other, lin.weight.to(torch.float64))
-        b = lin.bias.detach().to(torch.float64).repeat(mixing.other)
+        weight, bias = lin.weight.detach().to(torch.float64), lin.bias.detach().to(torch.float64)
+        if weight.ndim == 3:  # untied: one (out, in) block per row, each with its own bias
+            W, b = block_diagonal(weight), bias.reshape(-1)
+        else:
+            W, b = kron_identity(mixing.other, weight), bias.repeat(mixing.other)
         if k == 0:
             W = spmm(W, into_storage.to(W.dtype))
         if k == len(linears) - 1:
             W = spmm(from_storage.to(W.dtype), W)
             b = torch.sparse.mm(from_storage.to(W.dtype), b[:, None]).to_dense()[:, 0]
         out.append(EffectiveLinear(f"{name}.{'fc' if len(linears) == 1 else f'fc{k + 1}'}", W, b, act))
-    return out
+    return views + out
 
 
 def _skip_layer(skip: TokenProjectionSkip, C: int) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -183,10 +206,9 @@ def _skip_layer(skip: TokenProjectionSkip, C: int) -> Callable[[torch.Tensor], t
 
 
 def _mixer_effective(model: Mixer) -> EffectiveMLP:
-    S0, S, C = model.grid_tokens, model.num_tokens, model.embed_dim
+    C, schedule = model.embed_dim, model.token_schedule  # S after each block: varies in a pyramid
     blocks = []
-    s_in = S0
-    for i, blk in enumerate(model.blocks):
+    for i, (blk, s_in, S) in enumerate(zip(model.blocks, (model.grid_tokens, *schedule), schedule)):
         for part, sub in (("token", blk.token), ("channel", blk.channel)):
             s_here = s_in if part == "token" else S
             layers = pk_effective_layers(sub.mixing, f"blocks.{i}.{part}", s_here, S, C)
@@ -194,7 +216,7 @@ def _mixer_effective(model: Mixer) -> EffectiveMLP:
             if isinstance(sub.skip, TokenProjectionSkip):
                 skip = _skip_layer(sub.skip, C)
             blocks.append(EffectiveResidual(_vec_layer_norm(sub.norm, s_here, C), layers, skip))
-        s_in = S
+    S = schedule[-1]
 
     def stem(images: torch.Tensor) -> torch.Tensor:
         return vec(model.forward_stem(images))  # per-patch FC (S.1), then vec: (B, S0*C)
