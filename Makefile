@@ -25,8 +25,8 @@ test: install
 test-all: install  # slow tests included
 	$(PY) -m pytest -q -m ""
 
-demo: install  # a small RP S-Mixer on Fashion-MNIST (else the bundled digits); a new run under runs/
-	$(VENV)/bin/pkmixer train configs/demo.yaml
+demo: install  # Fig. 5 at small scale: S-Mixer, RP S-Mixer, SW-MLP against width at fixed Ω (results/; resumable)
+	$(VENV)/bin/pkmixer reproduce fig5 --scale small
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -1,0 +1,154 @@
+"""Experiment presets: one per figure or table of Hayase & Karakida (2024) and the MLP-Mixer supplementary.
+
+A preset states the paper's claim and where it comes from, lists the runs of its sweep at three scales and
+turns the finished runs into figures, tables, key numbers and a verdict computed from the data:
+
+* ``paper``: the seed's own settings (Ω, (C, S) pairs, depth, optimiser, epochs, seeds, data set; App. C,
+  Table S.2) - GPU hours to days;
+* ``small``: the same question sized for a CPU (smaller Ω and data, fewer epochs) - minutes;
+* ``smoke``: seconds, for the test suite.
+
+Presets live in :mod:`pkmixer.experiments.presets`, one module per figure or table, each a subclass of
+:class:`Preset` registered with :func:`register_preset`. ``pkmixer reproduce NAME`` runs a preset's sweep
+(:func:`pkmixer.experiments.sweep.run_sweep`) and renders its :class:`Analysis`
+(:func:`pkmixer.experiments.report.write_report`); ``pkmixer reproduce --list`` lists them.
+
+Seeds: a preset that draws its seeds with :meth:`Preset.seed_list` honours ``--seeds N`` (the CLI sets
+:attr:`Preset.seeds_override` through :meth:`Preset.with_seeds`); :meth:`Preset.seeded` builds one
+:class:`~pkmixer.experiments.sweep.RunSpec` per seed, named ``<name>-s<seed>``, with ``run.seed`` and
+``meta["seed"]`` set.
+
+Additions to the API agreed for issue 5 (all backward compatible): ``Preset.default_dataset(scale)`` (the
+default data set may differ per scale, e.g. Fashion-MNIST at small scale), ``check_scale``/``check_dataset``,
+``default_seeds``/``with_seeds``/``seed_list``/``seeded`` (``--seeds``), ``describe`` (``--list``);
+``run_sweep(..., threads=None, info=None)`` (torch threads per run; what sweep.json records for
+``pkmixer report``). A scale's default data set that is absent on the machine is only replaced (by the bundled
+digits, said in a line) for Fashion-MNIST, in :func:`pkmixer.experiments.reproduce.preset_runs`.
+"""
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from ..errors import ConfigError, check_positive_int, unknown_name
+from .sweep import RunSpec
+
+SCALES = ("paper", "small", "smoke")
+
+
+@dataclass
+class Analysis:
+    """What a preset makes of its finished runs; :func:`pkmixer.experiments.report.write_report` saves it."""
+
+    figures: dict[str, Figure] = field(default_factory=dict)  # stem -> figure: <out>/<stem>.png and .svg
+    tables: dict[str, list[dict]] = field(default_factory=dict)  # stem -> rows: <out>/<stem>.csv
+    numbers: dict[str, Any] = field(default_factory=dict)  # key numbers; {"mean", "std", "n"} dicts print as mean ± std
+    verdict: str = ""  # one or two sentences computed from the data
+    supported: bool | None = None  # does this run support the paper's claim (None: undecidable, e.g. smoke)
+
+
+class Preset(ABC):
+    """One figure or table of the paper as a sweep and its analysis (see the module docstring)."""
+
+    name: str = ""  # e.g. "fig5": the CLI's NAME
+    title: str = ""  # e.g. "S-Mixer, RP S-Mixer and SW-MLP against effective width"
+    claim: str = ""  # the paper's claim, one or two sentences
+    source: str = ""  # e.g. "Hayase & Karakida Fig. 5, App. C.4"
+    datasets: tuple[str, ...] = ()  # data sets accepted by runs(); the first is the default
+    default_seeds: dict[str, int] = {"paper": 3, "small": 2, "smoke": 1}  # seeds per scale (seed_list)
+    seeds_override: int | None = None  # set by with_seeds (--seeds N)
+
+    @abstractmethod
+    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
+        """The sweep at ``scale`` on ``dataset`` (None: the scale's default); [] for analysis-only presets."""
+
+    @abstractmethod
+    def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
+        """Figures, tables, numbers and the verdict from the sweep's rows (and, if needed, its run dirs)."""
+
+    # ---- helpers for subclasses and the CLI ----------------------------------------------------------
+    def default_dataset(self, scale: str) -> str | None:
+        """The data set used when none is given (override per scale, e.g. Fashion-MNIST at small scale)."""
+        return self.datasets[0] if self.datasets else None
+
+    def check_scale(self, scale: str) -> str:
+        if scale not in SCALES:
+            raise unknown_name("scale", str(scale), SCALES)
+        return scale
+
+    def check_dataset(self, scale: str, dataset: str | None) -> str | None:
+        """``dataset`` if this preset accepts it, the scale's default for None, else a ConfigError."""
+        self.check_scale(scale)
+        if dataset is None:
+            return self.default_dataset(scale)
+        if dataset not in self.datasets:
+            if not self.datasets:
+                raise ConfigError(f"preset {self.name} uses no data set; drop --dataset")
+            raise unknown_name(f"data set for preset {self.name}", dataset, self.datasets)
+        return dataset
+
+    def with_seeds(self, seeds: int | None) -> Preset:
+        """A copy whose :meth:`seed_list` has ``seeds`` entries (None: the scale's default)."""
+        clone = copy.copy(self)
+        clone.seeds_override = None if seeds is None else check_positive_int("--seeds", seeds)
+        return clone
+
+    def seed_list(self, scale: str) -> list[int]:
+        """Seeds 0..n-1, n = --seeds when given, else ``default_seeds[scale]``."""
+        n = self.seeds_override if self.seeds_override is not None else self.default_seeds[self.check_scale(scale)]
+        return list(range(n))
+
+    def seeded(self, name: str, config: dict[str, Any], meta: dict[str, Any], scale: str) -> list[RunSpec]:
+        """One RunSpec per seed of :meth:`seed_list`: ``<name>-s<seed>`` with run.seed and meta["seed"] set."""
+        specs = []
+        for seed in self.seed_list(scale):
+            cfg = copy.deepcopy(config)
+            cfg.setdefault("run", {})["seed"] = seed
+            specs.append(RunSpec(f"{name}-s{seed}", cfg, {**meta, "seed": seed}))
+        return specs
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "title": self.title, "claim": self.claim, "source": self.source,
+                "datasets": list(self.datasets)}
+
+
+_PRESETS: dict[str, Preset] = {}
+
+
+def register_preset(cls: type[Preset]) -> type[Preset]:
+    """Class decorator: register one instance of ``cls`` under ``cls.name``."""
+    if not cls.name:
+        raise ValueError(f"preset class {cls.__name__} has no name")
+    if cls.name in _PRESETS:
+        raise ValueError(f"preset {cls.name!r} registered twice")
+    _PRESETS[cls.name] = cls()
+    return cls
+
+
+def _load_presets() -> None:
+    from . import presets  # noqa: F401  (importing registers every preset module)
+
+
+def get_preset(name: str) -> Preset:
+    """The registered preset ``name``; unknown names raise a ConfigError with the closest names."""
+    _load_presets()
+    if name not in _PRESETS:
+        raise unknown_name("preset", name, _PRESETS)
+    return _PRESETS[name]
+
+
+def list_presets() -> list[Preset]:
+    """Every registered preset, sorted by name."""
+    _load_presets()
+    return [_PRESETS[k] for k in sorted(_PRESETS)]
+
+
+def seeds_in(specs: Iterable[RunSpec]) -> set:
+    """The distinct ``meta["seed"]`` values of a sweep (to check that --seeds took effect)."""
+    return {spec.meta.get("seed") for spec in specs}

@@ -1,0 +1,267 @@
+"""Fig. 2: the MLP-Mixer next to MLPs with sparse weights - hidden-feature CKA against the SW-MLP's density
+(a-c), and shallow MLPs with Monarch against Kronecker weights (d) (Hayase & Karakida Secs. 3.3-3.4, App. C.1).
+
+Commands::
+
+    pkmixer reproduce fig2 --scale paper      # CKA on CIFAR-10 (Fig. 2a-c)
+    pkmixer reproduce fig2d --scale paper     # Monarch against Kronecker on MNIST (Fig. 2d)
+    pkmixer reproduce fig2 --scale small      # Fashion-MNIST, CPU minutes (fig2d likewise)
+    pkmixer reproduce fig2 --scale smoke
+
+fig2 - the paper's claim: the hidden features of a trained MLP-Mixer are most similar (mini-batch CKA,
+Nguyen et al. 2021) to those of a trained SW-MLP of the same width m = SC at an intermediate, sparse density,
+and clearly more similar to a sparse SW-MLP than to a dense one. What a run shows: the mean of the diagonal of the
+6×6 CKA matrix (features "just before the skip" of each mixing block / SW-MLP block) against the SW-MLP's
+density p, one line per Mixer size, with the Mixer's own density (1/S + 1/C)/2; the full CKA matrices against
+the SW-MLP at the density nearest the Mixer's and against the dense one (Fig. 2b, c). CKA pairs a Mixer and an
+SW-MLP of the same seed, on the first test images, from the runs' final checkpoints (``latest.pt``: the trained
+networks, not the epoch picked by test error). Verdict: supported when, for every size, the SW-MLP at the
+Mixer's density is more similar than the dense one and the most similar density is below 1.
+
+fig2d - the paper's claim: shallow MLPs x -> B_c B₂ ReLU(B₁x) with Monarch weights and with Kronecker weights
+(the Mixer's weight-shared Monarch, Cor. 3.4) perform comparably. What a run shows: both test errors (mean ± std
+over seeds); supported when their difference is within two pooled standard deviations.
+
+Scales (fig2):
+
+* ``paper`` - App. C.1: MLP-Mixer of 3 blocks, γ = 2, S = C = 64 and 32, patch 4 at 32 px (S₀ = 64; S = 32 with
+  the token-projection skip of App. A.2.4); SW-MLP of 6 MLP blocks (S.17, γ = 2) replacing the Mixer's 6 mixing
+  blocks, width m = SC, densities p = 2^-n for n = 0 ... 10; CIFAR-10, batch 128, 600 epochs, lr 0.01, AdamW
+  (momentum 0.9), cosine annealing, AutoAugment (with App. C.4's crop and flip); 3 seeds: 72 runs; CKA over
+  20 batches of 128 test images.
+* ``small`` - Fashion-MNIST, S = C = 16 and 8, Mixer of 3 blocks, SW-MLP of 6, p = 2^-n for n = 0 ... 6, 4 epochs
+  of AdamW on 10 000 images, 2 seeds: 32 runs; CKA over 10 batches of 128.
+* ``smoke`` - digits, S = C = 4, Mixer of 1 block, SW-MLP of 2, p = 1, 1/4, 1/16, 1 epoch; CKA over 2 batches of 32.
+
+Scales (fig2d): ``paper`` - App. C.1: MNIST, AdamW lr 0.01, 200 epochs, cosine annealing, batch 128 (as Fig. 2a),
+5 seeds; ``small`` - Fashion-MNIST, 4 epochs of AdamW on 10 000 images, 3 seeds; ``smoke`` - digits at 8 px,
+1 epoch.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+
+from ...analysis.cka import cka_matrix
+from ...data import build_dataset, build_transform, dataset_info
+from ...train.checkpoint import load_model
+from ...train.config import build_config, load_yaml
+from ..preset import Analysis, Preset, register_preset
+from ..report import aggregate, format_mean_std, mean_std
+from ..sweep import RunSpec, SweepDir
+from . import recipes
+from .measures import finished, gap
+
+GAMMA = 2.0
+# scale -> (Mixer sizes S = C, Mixer blocks, SW-MLP density exponents n of p = 2^-n, CKA batches, batch size)
+SIZES = {"paper": ((64, 32), 3, range(11), 20, 128), "small": ((16, 8), 3, range(7), 10, 128),
+         "smoke": ((4,), 1, (0, 2, 4), 2, 32)}
+
+
+def _recipe(scale: str, dataset: str) -> recipes.Recipe:
+    if scale == "paper":
+        return recipes.paper_cifar(dataset, recipes.ADAMW_C1, 600, {"auto_augment": "cifar10"})
+    return recipes.small(dataset) if scale == "small" else recipes.smoke()
+
+
+@register_preset
+class Fig2(Preset):
+    name = "fig2"
+    title = "CKA between the MLP-Mixer and SW-MLPs of the same width, against the SW-MLP's density"
+    claim = ("The hidden features of a trained MLP-Mixer are most similar (mini-batch CKA) to those of an SW-MLP "
+             "of the same width at an appropriate sparse density, and clearly more similar to a sparse SW-MLP than "
+             "to a dense one.")
+    source = "Hayase & Karakida Fig. 2a-c, Sec. 3.4, App. C.1"
+    datasets = ("cifar10", "fashion-mnist", "mnist", "digits", "cifar100", "stl10")
+
+    def default_dataset(self, scale: str) -> str:
+        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+
+    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
+        dataset = self.check_dataset(scale, dataset)
+        recipes.check_dataset(self.name, scale, dataset, ("cifar10",))
+        recipe = _recipe(scale, dataset)
+        sizes, depth, exponents, _, _ = SIZES[scale]
+        grid = (recipe.image["img_size"] // recipe.image["patch_size"]) ** 2
+        specs = []
+        for size in sizes:
+            mixer = recipe.config({"name": "mixer_f2_32", "depth": depth, "embed_dim": size, "mlp_ratio": GAMMA,
+                                   "num_tokens": None if size == grid else size})
+            meta = {"dataset": dataset, "model": "MLP-Mixer", "size": size, "width": size * size,
+                    "density": 1 / size}  # (1/S + 1/C)/2 with S = C
+            specs += self.seeded(f"mixer-s{size}", mixer, meta, scale)
+            for n in exponents:
+                p = 2.0 ** -n
+                sw = recipe.config({"name": "swmlp_f2_32", "depth": 2 * depth, "embed_dim": size, "mlp_ratio": GAMMA,
+                                    "block": "mlp", "width": size * size, "density": p, "weight_format": "masked"})
+                meta = {"dataset": dataset, "model": "SW-MLP", "size": size, "width": size * size, "density": p}
+                specs += self.seeded(f"swmlp-s{size}-p{n}", sw, meta, scale)
+        return recipes.seed_structures(specs)
+
+    def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
+        rows = finished(rows)
+        _, _, _, batches, batch_size = SIZES[scale]
+        sweep = SweepDir(Path(sweep_dir))
+        mixers = {(r["size"], r["seed"]): r for r in rows if r["model"] == "MLP-Mixer"}
+        cka_rows, matrices = [], {}
+        for (size, seed), mixer_row in sorted(mixers.items()):
+            mixer = load_model(sweep.run(mixer_row["run"]) / "checkpoints" / "latest.pt")
+            inputs = _test_batches(sweep.run(mixer_row["run"]), mixer, batches, batch_size)
+            for r in rows:
+                if r["model"] == "SW-MLP" and r["size"] == size and r["seed"] == seed:
+                    sw = load_model(sweep.run(r["run"]) / "checkpoints" / "latest.pt")
+                    labels = ("MLP-Mixer", f"SW-MLP p={r['density']:.3g}")
+                    result = cka_matrix(mixer, sw, inputs, where="mixing", labels=labels)
+                    cka_rows.append({"size": size, "seed": seed, "density": r["density"],
+                                     "cka_diagonal_mean": result.diagonal_mean})
+                    matrices[(size, seed, r["density"])] = result
+        points = aggregate(cka_rows, ["size", "density"], "cka_diagonal_mean")
+        table = [{"size": p["size"], "density": p["density"], "cka_mean": p["mean"], "cka_std": p["std"],
+                  "seeds": p["n"]} for p in sorted(points, key=lambda p: (-p["size"], -p["density"]))]
+        errors = aggregate(rows, ["model", "size", "density"])
+        numbers = {f"{e['model']} S = C = {e['size']}" + (f", p = {e['density']:.3g}" if e["model"] == "SW-MLP" else "")
+                   + ": test error": format_mean_std(e, percent=True) for e in errors}
+        checks, findings = [], []
+        for size in sorted({p["size"] for p in points}, reverse=True):
+            group = {p["density"]: p["mean"] for p in points if p["size"] == size}
+            mixer_density = 1 / size
+            nearest = min(group, key=lambda d: abs(math.log2(d / mixer_density)))
+            best = max(group, key=group.get)
+            sparse_wins = 1.0 in group and nearest != 1.0 and group[nearest] > group[1.0]
+            checks.append(sparse_wins and best < 1.0)
+            numbers[f"S = C = {size}: most similar density"] = f"p = {best:.3g} (CKA {group[best]:.3f})"
+            numbers[f"S = C = {size}: CKA at the Mixer's density p = {nearest:.3g} / dense"] = \
+                f"{group[nearest]:.3f} / {group.get(1.0, float('nan')):.3f}"
+            findings.append(f"S = C = {size}: CKA peaks at p = {best:.3g} (Mixer: {mixer_density:.3g}); at the Mixer's "
+                            f"density {group[nearest]:.3f} against {group.get(1.0, float('nan')):.3f} for the dense "
+                            "SW-MLP")
+        verdict = "; ".join(findings) + "." if findings else "No Mixer/SW-MLP pair finished."
+        supported = None if scale == "smoke" or not checks else all(checks)
+        if scale == "smoke":
+            verdict += " (Smoke scale: too short to decide.)"
+        figures = {"fig2_cka": _cka_plot(points)}
+        if points:
+            size = max(p["size"] for p in points)
+            seed = min(s for (sz, s, _) in matrices if sz == size)
+            densities = sorted({d for (sz, s, d) in matrices if sz == size and s == seed})
+            nearest = min(densities, key=lambda d: abs(math.log2(d * size)))
+            figures["fig2_matrices"] = _matrices_plot([matrices[(size, seed, d)] for d in dict.fromkeys([nearest, 1.0])
+                                                       if (size, seed, d) in matrices], size)
+        return Analysis(figures=figures, tables={"fig2_cka": table, "fig2_errors": errors}, numbers=numbers,
+                        verdict=verdict, supported=supported)
+
+
+def _test_batches(run_dir: Path, model: torch.nn.Module, batches: int, batch_size: int) -> list[torch.Tensor]:
+    """The first ``batches × batch_size`` test images of the run's data set, as the run evaluated them."""
+    cfg = build_config(load_yaml(run_dir / "config.yaml"))
+    transform = build_transform(dataset_info(cfg.data.name), train=False, img_size=model.img_size,
+                                in_chans=model.in_chans, resize=cfg.data.resize)
+    test = build_dataset(cfg.data.name, "test", data_dir=cfg.data.data_dir, transform=transform)
+    count = min(len(test), batches * batch_size) // batch_size * batch_size
+    images = torch.stack([test[i][0] for i in range(count)])
+    return list(images.split(batch_size))
+
+
+def _cka_plot(points: list[dict]) -> Figure:
+    """Mean diagonal CKA ± std over seeds against the SW-MLP's density, with each Mixer's density (Fig. 2a)."""
+    fig = Figure(figsize=(5.5, 3.8))
+    ax = fig.add_subplot()
+    for i, size in enumerate(sorted({p["size"] for p in points}, reverse=True)):
+        group = sorted((p for p in points if p["size"] == size), key=lambda p: p["density"])
+        colour = f"C{i}"
+        ax.errorbar([p["density"] for p in group], [p["mean"] for p in group], yerr=[p["std"] or 0 for p in group],
+                    marker="o", capsize=3, color=colour, label=f"MLP-Mixer S = C = {size}")
+        ax.axvline(1 / size, color=colour, linestyle="--", linewidth=1, label=f"its density 1/{size}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("SW-MLP density p")
+    ax.set_ylabel("mean diagonal CKA")
+    ax.set_title("Fig. 2a: CKA between MLP-Mixer and SW-MLP of the same width", fontsize=10)
+    ax.grid(alpha=0.3)
+    if points:
+        ax.legend(fontsize=8)
+    return fig
+
+
+def _matrices_plot(results: list, size: int) -> Figure:
+    """CKA matrices of the Mixer against the SW-MLP at the Mixer's density and the dense one (Fig. 2b, c)."""
+    fig = Figure(figsize=(5.0 * len(results), 4.2), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(results)))
+    for ax, result in zip(axes, results):
+        image = ax.imshow(result.matrix, origin="lower", vmin=0.0, vmax=1.0, cmap="magma")
+        for (i, j), value in np.ndenumerate(result.matrix):
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
+                    color="black" if value > 0.6 else "white")
+        ticks = range(1, result.matrix.shape[0] + 1)
+        ax.set_xticks(range(len(ticks)), ticks)
+        ax.set_yticks(range(len(ticks)), ticks)
+        ax.set_xlabel(result.label_b)
+        ax.set_ylabel(f"MLP-Mixer S = C = {size}")
+    fig.colorbar(image, ax=list(axes), label="CKA")
+    fig.suptitle("Fig. 2b, c: CKA matrices (features before each skip, input at 1)", fontsize=10)
+    return fig
+
+
+@register_preset
+class Fig2d(Preset):
+    name = "fig2d"
+    title = "Shallow MLPs with Monarch against Kronecker weights"
+    claim = ("Shallow MLPs x -> B_c B₂ ReLU(B₁x) with Monarch weights and with Kronecker weights (the Mixer's "
+             "weight-shared Monarch) reach comparable test error.")
+    source = "Hayase & Karakida Fig. 2d, Sec. 3.3, App. C.1"
+    datasets = ("mnist", "fashion-mnist", "digits")
+    default_seeds = {"paper": 5, "small": 3, "smoke": 1}
+
+    def default_dataset(self, scale: str) -> str:
+        return {"paper": "mnist", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+
+    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
+        dataset = self.check_dataset(scale, dataset)
+        recipes.check_dataset(self.name, scale, dataset, ("mnist",))
+        recipe = {"paper": lambda: recipes.Recipe({"name": dataset, "batch_size": 128}, recipes.ADAMW_C1, 200,
+                                                  image=dict(recipes.GREY28)),
+                  "small": lambda: recipes.small(dataset), "smoke": lambda: recipes.smoke()}[scale]()
+        recipe = recipe.replace(image={k: recipe.image[k] for k in ("img_size", "in_chans")})  # no patches
+        specs = []
+        for label, model in (("Monarch", "shallow_monarch_28"), ("Kronecker", "shallow_kronecker_28")):
+            specs += self.seeded(label.lower(), recipe.config({"name": model}), {"dataset": dataset, "model": label},
+                                 scale)
+        return specs
+
+    def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
+        done = finished(rows)
+        stats = {label: mean_std(r["final_test_error"] for r in done if r["model"] == label)
+                 for label in ("Monarch", "Kronecker")}
+        table = [{"model": k, "test_error_mean": v["mean"], "test_error_std": v["std"], "seeds": v["n"]}
+                 for k, v in stats.items()]
+        numbers = {f"{k}: test error": format_mean_std(v, percent=True) for k, v in stats.items()}
+        supported, verdict = None, "Both models must finish to compare them."
+        if all(v["n"] for v in stats.values()):
+            g = gap(stats["Monarch"], stats["Kronecker"])
+            numbers["Monarch − Kronecker (points)"] = round(100 * g["difference"], 3)
+            noise = {None: "one seed: no std to judge by", True: "within two pooled std: comparable",
+                     False: "beyond two pooled std"}[g["within_noise"]]
+            verdict = (f"Monarch {100 * stats['Monarch']['mean']:.2f} % against Kronecker "
+                       f"{100 * stats['Kronecker']['mean']:.2f} % test error, a difference of "
+                       f"{100 * g['difference']:+.2f} points ({noise}).")
+            supported = None if scale == "smoke" else g["within_noise"]
+        if scale == "smoke":
+            verdict += " (Smoke scale: too short to decide.)"
+        return Analysis(figures={"fig2d": _bars(stats)}, tables={"fig2d": table}, numbers=numbers, verdict=verdict,
+                        supported=supported)
+
+
+def _bars(stats: dict[str, dict]) -> Figure:
+    fig = Figure(figsize=(4.0, 3.4))
+    ax = fig.add_subplot()
+    labels = [k for k, v in stats.items() if v["mean"] is not None]
+    ax.bar(range(len(labels)), [100 * stats[k]["mean"] for k in labels],
+           yerr=[100 * (stats[k]["std"] or 0) for k in labels], color=["tab:purple", "tab:green"][:len(labels)],
+           capsize=4)
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_ylabel("test error (%)")
+    ax.set_title("Fig. 2d: shallow Monarch against Kronecker MLPs", fontsize=10)
+    return fig

@@ -1,0 +1,175 @@
+"""Fig. 4: MLP-Mixer against SW-MLP at fixed Ω - test error against width (left) and the largest singular
+value of the sparse weights (right) (Hayase & Karakida Secs. 4.2-4.3, App. C.2).
+
+Command::
+
+    pkmixer reproduce fig4 --scale paper     # CIFAR-10
+    pkmixer reproduce fig4 --scale small     # Fashion-MNIST, CPU minutes
+    pkmixer reproduce fig4 --scale smoke
+
+The paper's claims. Left: at fixed Ω = 2^19 and γ = 2, the test errors of the MLP-Mixer and of the SW-MLP with
+the same Ω and width both fall as the width γm grows, but at the widest point (γm ≈ 8000) the SW-MLP is worse
+than the Mixer. Right: the largest singular value of the SW-MLP's random weight M ⊙ A grows with m at fixed Ω
+and stays above the Mixer's c_γ = 1 + √γ (Eqs. 16-18). What a run shows: mean test error ± std over seeds of
+both families against γm; λ_max of M ⊙ A (mean ± std over draws) at the same widths with √L₊ and c_γ. The
+verdict: Spearman ρ(γm, error) of each family, the two errors at the widest point, and ρ(m, λ_max) with the
+smallest λ_max / c_γ; supported when both ρ(γm, error) are negative, the SW-MLP is worse at the widest point,
+λ_max grows with m and always exceeds c_γ.
+
+Scales:
+
+* ``paper`` - App. C.2 with App. C.1's training: Ω = 2^19, γ = 2, C = 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44,
+  48, 64 and S = 360, 252, 203, 173, 152, 136, 124, 113, 104, 96, 89, 83, 64 (from Eq. 14); MLP-Mixer of 3
+  blocks; SW-MLP of 6 MLP blocks (S.17, γ = 2; App. C.1: one per token- and channel-mixing block) of width
+  m = SC at the Mixer's own density p = (1/C + 1/S)/2, with the per-patch FC to C channels; patch 4 at 32 px;
+  AdamW lr 0.01, batch 128, 600 epochs, cosine annealing, AutoAugment with App. C.4's crop and flip; 4 seeds:
+  104 runs. Right: 10 draws of M ⊙ A ((γm × m), A ~ N(0, 1/m), p = Ω/(γm²)) at each of those widths.
+* ``small`` - Fashion-MNIST, Ω = 2^13, γ = 2, C = 2, 4, 8, 12, 16 (S from Ω), Mixer of 2 blocks, SW-MLP of 4,
+  4 epochs of AdamW on 10 000 images, 2 seeds: 20 runs; spectra over 10 draws.
+* ``smoke`` - digits, Ω = 2^9, C = 2, 4, 6, Mixer of 1 block, SW-MLP of 2, 1 epoch; spectra over 3 draws.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...theory.spectrum import lambda_max_sweep
+from ...theory.width import mixer_omega, symmetric_pairs
+from ..preset import Analysis, Preset, register_preset
+from ..report import aggregate, format_mean_std, rank_correlation
+from ..sweep import RunSpec
+from . import recipes
+from .measures import error_plot, finished
+
+GAMMA = 2.0
+PAPER_CHANNELS = (4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 64)
+
+
+@dataclass(frozen=True)
+class _Size:
+    omega: int
+    channels: tuple[int, ...]
+    depth: int  # Mixer blocks; the SW-MLP has twice as many
+    draws: int  # random weights per width for the spectrum
+
+    def pairs(self) -> list[tuple[int, int]]:
+        """The (C, S) pairs at Ω and γ = 2 (App. C.2)."""
+        return symmetric_pairs(self.omega, GAMMA, channels=self.channels)
+
+
+SIZES = {"paper": _Size(2**19, PAPER_CHANNELS, 3, 10), "small": _Size(2**13, (2, 4, 8, 12, 16), 2, 10),
+         "smoke": _Size(2**9, (2, 4, 6), 1, 3)}
+
+
+def _recipe(scale: str, dataset: str) -> recipes.Recipe:
+    if scale == "paper":
+        return recipes.paper_cifar(dataset, recipes.ADAMW_C1, 600, {"auto_augment": "cifar10"})
+    return recipes.small(dataset) if scale == "small" else recipes.smoke()
+
+
+@register_preset
+class Fig4(Preset):
+    name = "fig4"
+    title = "MLP-Mixer against SW-MLP at fixed Ω: error against width, and the SW-MLP's largest singular value"
+    claim = ("At fixed Ω the test errors of MLP-Mixers and of SW-MLPs both fall as the width grows, but the widest "
+             "SW-MLP is worse than the Mixer: its largest singular value grows with the width and exceeds the "
+             "Mixer's c_γ = 1 + √γ.")
+    source = "Hayase & Karakida Fig. 4, Secs. 4.2-4.3, App. C.1-C.2"
+    datasets = ("cifar10", "fashion-mnist", "mnist", "digits", "cifar100", "stl10")
+    default_seeds = {"paper": 4, "small": 2, "smoke": 1}
+
+    def default_dataset(self, scale: str) -> str:
+        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+
+    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
+        dataset = self.check_dataset(scale, dataset)
+        recipes.check_dataset(self.name, scale, dataset, ("cifar10",))
+        s, recipe = SIZES[scale], _recipe(scale, dataset)
+        specs = []
+        for C, S in s.pairs():
+            m, p = C * S, (1 / C + 1 / S) / 2
+            mixer = recipe.config({"name": "mixer_f2_32", "depth": s.depth, "embed_dim": C, "num_tokens": S,
+                                   "mlp_ratio": GAMMA})
+            sw = recipe.config({"name": "swmlp_f2_32", "depth": 2 * s.depth, "embed_dim": C, "width": m,
+                                "density": p, "block": "mlp", "mlp_ratio": GAMMA, "weight_format": "masked"})
+            common = {"dataset": dataset, "omega": s.omega, "C": C, "S": S, "width": m, "gamma_width": GAMMA * m,
+                      "density": p, "omega_exact": mixer_omega(C, S, GAMMA)}
+            specs += self.seeded(f"mixer-c{C}-s{S}", mixer, {**common, "model": "MLP-Mixer"}, scale)
+            specs += self.seeded(f"swmlp-m{m}", sw, {**common, "model": "SW-MLP"}, scale)
+        return recipes.seed_structures(specs)
+
+    def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
+        points = aggregate(finished(rows), ["model", "C", "S", "width", "gamma_width", "density"])
+        points.sort(key=lambda p: (p["model"], p["width"]))
+        table = [{k: p[k] for k in ("model", "C", "S", "width", "gamma_width", "density")} |
+                 {"test_error_mean": p["mean"], "test_error_std": p["std"], "seeds": p["n"]} for p in points]
+        numbers, rhos = {}, {}
+        for family in ("MLP-Mixer", "SW-MLP"):
+            group = [p for p in points if p["model"] == family]
+            rhos[family] = rank_correlation([p["width"] for p in group], [p["mean"] for p in group])
+            numbers[f"{family}: Spearman ρ(γm, error)"] = None if rhos[family] is None else round(rhos[family], 3)
+        widest = max((p["width"] for p in points), default=None)
+        at_widest = {p["model"]: p for p in points if p["width"] == widest}
+        for family, p in at_widest.items():
+            numbers[f"{family} at the widest γm = {p['gamma_width']:g}"] = format_mean_std(p, percent=True)
+
+        s = SIZES[scale]
+        widths = sorted({C * S for C, S in s.pairs()})
+        spectrum = lambda_max_sweep(s.omega, GAMMA, widths, seeds=s.draws)
+        rho_l = rank_correlation([r["m"] for r in spectrum], [r["lambda_max_mean"] for r in spectrum])
+        above = min(r["lambda_max_mean"] / r["c_gamma"] for r in spectrum)
+        numbers["Spearman ρ(m, λ_max of M ⊙ A)"] = None if rho_l is None else round(rho_l, 3)
+        numbers["smallest λ_max / c_γ over widths"] = round(above, 4)
+        numbers["c_γ = 1 + √γ"] = round(spectrum[0]["c_gamma"], 4)
+
+        parts, checks = [], []
+        for family, rho in rhos.items():
+            parts.append(f"{family} ρ(γm, error) = {'-' if rho is None else f'{rho:+.2f}'}")
+            checks.append(rho is not None and rho < 0)
+        if len(at_widest) == 2:
+            worse = at_widest["SW-MLP"]["mean"] > at_widest["MLP-Mixer"]["mean"]
+            checks.append(worse)
+            sw_error, mixer_error = (100 * at_widest[f]["mean"] for f in ("SW-MLP", "MLP-Mixer"))
+            parts.append(f"at the widest γm = {GAMMA * widest:g} the SW-MLP is {'worse' if worse else 'not worse'} "
+                         f"({sw_error:.2f} % against {mixer_error:.2f} %)")
+        else:
+            checks.append(False)
+        grows, exceeds = rho_l is not None and rho_l > 0, above > 1
+        parts.append(f"λ_max of M ⊙ A {'grows' if grows else 'does not grow'} with m (ρ = "
+                     f"{'-' if rho_l is None else f'{rho_l:+.2f}'}) and is "
+                     f"{'always above' if exceeds else 'not always above'} c_γ (smallest ratio {above:.3f})")
+        verdict = "; ".join(parts) + "."
+        supported = None if scale == "smoke" else all(checks) and grows and exceeds
+        if scale == "smoke":
+            verdict += " (Smoke scale: too short to decide.)"
+        data = ", ".join(sorted({str(r.get("dataset")) for r in rows}))
+        left = error_plot(points, "gamma_width", "model",
+                          f"Fig. 4 left: error against width at Ω = {recipes.power_label(s.omega)}, γ = 2 ({data})",
+                          "width γm", order=["MLP-Mixer", "SW-MLP"])
+        right = _spectrum_figure(spectrum, s.omega)
+        spectrum_table = [{k: r[k] for k in ("m", "p", "q", "lambda_max_mean", "lambda_max_std", "sqrt_l_plus",
+                                             "c_gamma")} for r in spectrum]
+        return Analysis(figures={"fig4_error": left, "fig4_spectrum": right},
+                        tables={"fig4_error": table, "fig4_spectrum": spectrum_table}, numbers=numbers,
+                        verdict=verdict, supported=supported)
+
+
+def _spectrum_figure(rows: list[dict], omega: int):
+    """λ_max of M ⊙ A against m with √L₊ and c_γ (Fig. 4 right), drawn by pkmixer.theory.spectrum's conventions."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5.5, 3.8))
+    ax = fig.add_subplot()
+    m = [r["m"] for r in rows]
+    ax.errorbar(m, [r["lambda_max_mean"] for r in rows], yerr=[r["lambda_max_std"] for r in rows], fmt="o-",
+                color="tab:blue", capsize=3, label="SW-MLP $M\\odot A$ (mean ± std over draws)")
+    ax.plot(m, [r["sqrt_l_plus"] for r in rows], color="tab:blue", linestyle="--", label="$\\sqrt{L_+}$ (Eq. 17)")
+    ax.axhline(rows[0]["c_gamma"], color="tab:red",
+               label=f"Mixer: $c_\\gamma = 1+\\sqrt{{\\gamma}}$ = {rows[0]['c_gamma']:.3g}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("width m")
+    ax.set_ylabel("largest singular value $\\lambda_{max}$")
+    ax.set_title(f"Fig. 4 right: Ω = {recipes.power_label(omega)}, γ = {GAMMA:g}", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig

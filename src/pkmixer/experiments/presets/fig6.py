@@ -1,0 +1,162 @@
+"""Fig. 6: test error against C at fixed Ω; the PK family does best around C = S (Hayase & Karakida Sec. 5.4,
+App. C.5, Table S.2).
+
+Command::
+
+    pkmixer reproduce fig6 --scale paper --dataset cifar10     # also cifar100, stl10, imagenet (Fig. 6a-d)
+    pkmixer reproduce fig6 --scale small                        # Fashion-MNIST, CPU minutes
+    pkmixer reproduce fig6 --scale smoke                        # seconds, for the tests
+
+The paper's claim: at fixed Ω the effective width m = SC peaks at C = S = (Ω/γ)^{1/3} (Eq. 15), and the test
+error of normal and RP Mixers is lowest around C = S. What a run shows: the mean test error over seeds of each
+(C, S) pair for the normal and the RP Mixer, against C with the line C = S; the verdict says, for each family,
+where the lowest error falls and whether that pair is one of the pairs closest to C = S (mirrored pairs
+(a, b), (b, a) are equally close), with Spearman's ρ between |log₂(C/S)| and the error.
+
+Scales:
+
+* ``paper`` - Table S.2 (its per-data-set rows are taken over App. C.5's prose, which says Ω = 2^18, lr 0.1
+  and 200 CIFAR-10 epochs for all three; the table's "hard aug." column is unreadable in the seed, so only
+  App. C.4's crop and flip are used). S-Mixer and RP S-Mixer, 12 blocks, patch 4 at 32 px (S₀ = 64), the first
+  token mixing S₀ -> S (App. A.2.4). CIFAR-10: Ω = 2^21, AdamW lr 0.02, batch 1024, 2000 epochs, 5 seeds;
+  CIFAR-100: Ω = 2^21, Nesterov SGD lr 0.1, batch 128, 600 epochs, 5 seeds; STL-10 (resized to 32 px):
+  Ω = 2^18, SGD lr 0.1, batch 128, 2000 epochs, 3 seeds. The pairs are App. C.4's: Ω = 2^21: (C, S) =
+  (16, 504), (32, 346), (64, 226) and mirrored; Ω = 2^18: (16, 173), (32, 113), (48, 83) and mirrored. ImageNet
+  (Fig. 6d, App. C.5): MLP-Mixer and RP MLP-Mixer, 8 blocks, γ = 4, Ω = 290 217 984 (Mixer-B/16's), patch P =
+  7, 8, 14, 16, 28, 32 with C = 3P² and S from Ω, timm's recipe (AdamW 1e-3, batch 4096, 300 epochs), 3 seeds.
+  CIFAR-10 is 60 runs of 2000 epochs (the paper reports about 200 V100 hours for the three CIFAR/STL sets and
+  4000 hours on 128 GPUs for ImageNet).
+* ``small`` - Fashion-MNIST (28 px, patch 4: S₀ = 49), Ω = 2^15, 4 blocks, (C, S) = (8, 87), (16, 56),
+  (32, 32) and mirrored, 4 epochs of AdamW on 10 000 images, 2 seeds: 20 runs, about 6 minutes on 2 cores.
+* ``smoke`` - digits, Ω = 2^9, 1 block, (C, S) = (4, 14), (8, 8), (14, 4), 1 epoch, 1 seed.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...theory.width import mixer_omega, optimal_channels, symmetric_pairs, tokens_for_channels
+from ..preset import Analysis, Preset, register_preset
+from ..report import aggregate, format_mean_std, rank_correlation
+from ..sweep import RunSpec
+from . import recipes
+from .measures import balance_minimum, error_plot, finished
+
+IMAGENET_OMEGA = 290_217_984  # γ (768²·196 + 768·196²)/2 with γ = 4 (App. C.5)
+IMAGENET_PATCHES = (7, 8, 14, 16, 28, 32)
+PAPER_DATASETS = ("cifar10", "cifar100", "stl10", "imagenet")
+TAGS = {"S-Mixer": "smixer", "RP S-Mixer": "rpsmixer", "MLP-Mixer": "mixer", "RP MLP-Mixer": "rpmixer"}
+
+
+def _mirrored(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    return sorted(set(pairs) | {(s, c) for c, s in pairs})
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    recipe: recipes.Recipe
+    omega: int
+    pairs: list[tuple[int, int]]
+    depth: int
+    seeds: int  # at paper scale
+
+
+def _table_s2(dataset: str) -> _Sweep:
+    """Table S.2's row for a CIFAR / STL-10 data set."""
+    sgd = {**recipes.SGD_C4, "lr": 0.1}
+    if dataset == "cifar10":
+        recipe = recipes.paper_cifar(dataset, {**recipes.ADAMW_C1, "lr": 0.02}, 2000, {"batch_size": 1024})
+        return _Sweep(recipe, 2**21, symmetric_pairs(2**21, count=3, c_min=16), 12, 5)
+    if dataset == "cifar100":
+        return _Sweep(recipes.paper_cifar(dataset, sgd, 600), 2**21, symmetric_pairs(2**21, count=3, c_min=16), 12, 5)
+    pairs = _mirrored(symmetric_pairs(2**18, channels=[16, 32, 48]))
+    return _Sweep(recipes.paper_cifar(dataset, sgd, 2000), 2**18, pairs, 12, 3)
+
+
+def imagenet_pairs() -> list[tuple[int, int, int]]:
+    """(P, C, S) of Fig. 6d: C = 3P² and S from Ω = 290 217 984 at γ = 4 (App. C.5, S.44)."""
+    return [(P, 3 * P * P, tokens_for_channels(IMAGENET_OMEGA, 3 * P * P, 4.0)) for P in IMAGENET_PATCHES]
+
+
+@register_preset
+class Fig6(Preset):
+    name = "fig6"
+    title = "Test error against C at fixed Ω: lowest around C = S"
+    claim = ("At a fixed number Ω of connections per layer, normal and RP Mixers reach their lowest test error "
+             "around C = S, where the effective width SC is largest (Eq. 15).")
+    source = "Hayase & Karakida Fig. 6, Sec. 5.4, App. C.5, Table S.2"
+    datasets = PAPER_DATASETS + ("fashion-mnist", "mnist", "digits")
+
+    def default_dataset(self, scale: str) -> str:
+        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+
+    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
+        dataset = self.check_dataset(scale, dataset)
+        recipes.check_dataset(self.name, scale, dataset, PAPER_DATASETS)
+        if dataset == "imagenet":
+            return self._imagenet(scale)
+        if scale == "paper":
+            sweep = _table_s2(dataset)
+        elif scale == "small":
+            sweep = _Sweep(recipes.small(dataset), 2**15, _mirrored(symmetric_pairs(2**15, channels=[8, 16, 32])), 4, 0)
+        else:
+            sweep = _Sweep(recipes.smoke(), 2**9, _mirrored(symmetric_pairs(2**9, channels=[4, 8])), 1, 0)
+        seeder = recipes.paper_seeds(self, scale, sweep.seeds)
+        specs = []
+        for family, model in (("S-Mixer", "smixer_s64_32"), ("RP S-Mixer", "rp_smixer_s64_32")):
+            for C, S in sweep.pairs:
+                config = sweep.recipe.config({"name": model, "depth": sweep.depth, "embed_dim": C, "num_tokens": S})
+                meta = {"dataset": dataset, "model": family, "omega": sweep.omega, "gamma": 1.0, "C": C, "S": S,
+                        "width": C * S, "omega_exact": mixer_omega(C, S)}
+                specs += seeder.seeded(f"{TAGS[family]}-c{C}-s{S}", config, meta, scale)
+        return recipes.seed_structures(specs)
+
+    def _imagenet(self, scale: str) -> list[RunSpec]:
+        r = recipes.IMAGENET_C5
+        recipe = recipes.Recipe({"name": "imagenet", **r["data"]}, r["optim"], r["schedule"]["epochs"],
+                                r["schedule"]["warmup_epochs"], dict(r["model"]))
+        seeder = recipes.paper_seeds(self, scale, 3)
+        specs = []
+        for family, rp in (("MLP-Mixer", None), ("RP MLP-Mixer", "all")):
+            for P, C, S in imagenet_pairs():
+                config = recipe.config({"name": "mixer_b16_224", "patch_size": P, "depth": 8, "embed_dim": C,
+                                        "num_tokens": S, "mlp_ratio": 4.0, "rp_blocks": rp})
+                config["schedule"].update(warmup_lr=r["schedule"]["warmup_lr"], min_lr=r["schedule"]["min_lr"])
+                meta = {"dataset": "imagenet", "model": family, "omega": IMAGENET_OMEGA, "gamma": 4.0, "C": C, "S": S,
+                        "width": C * S, "omega_exact": mixer_omega(C, S, 4.0), "patch": P}
+                specs += seeder.seeded(f"{TAGS[family]}-p{P}", config, meta, scale)
+        return recipes.seed_structures(specs)
+
+    def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
+        points = aggregate(finished(rows), ["model", "omega", "gamma", "C", "S", "width"])
+        points.sort(key=lambda p: (p["model"], p["C"]))
+        table = [{"model": p["model"], "C": p["C"], "S": p["S"], "width": p["width"], "test_error_mean": p["mean"],
+                  "test_error_std": p["std"], "seeds": p["n"]} for p in points]
+        numbers, findings, decided = {}, [], []
+        families = [f for f in TAGS if any(p["model"] == f for p in points)]
+        for family in families:
+            group = [p for p in points if p["model"] == family]
+            best = balance_minimum(group)
+            rho = rank_correlation([abs(math.log2(p["C"] / p["S"])) for p in group], [p["mean"] for p in group])
+            numbers[f"{family}: lowest test error"] = (f"{format_mean_std(min(group, key=lambda p: p['mean']), True)}"
+                                                        f" at C = {best['C']}, S = {best['S']}")
+            numbers[f"{family}: |log2(C/S)| at the minimum / closest pair"] = \
+                f"{best['log_ratio']:.2f} / {best['closest']:.2f}"
+            numbers[f"{family}: Spearman ρ(|log2(C/S)|, error)"] = None if rho is None else round(rho, 3)
+            decided.append(best["at_balance"])
+            findings.append(f"{family}: lowest error at (C, S) = ({best['C']}, {best['S']}), "
+                            f"{'one of the pairs closest to' if best['at_balance'] else 'away from'} C = S"
+                            + ("" if rho is None else f", ρ(|log₂(C/S)|, error) = {rho:+.2f}"))
+        supported = None if scale == "smoke" or len(decided) < 2 else all(decided)
+        verdict = "; ".join(findings) + "." if findings else "No run finished."
+        if scale == "smoke":
+            verdict += " (Smoke scale: too short to decide.)"
+        omega, gamma = (points[0]["omega"], points[0]["gamma"]) if points else (None, 1.0)
+        data = sorted({str(r.get("dataset")) for r in rows})
+        vlines = [(optimal_channels(omega, gamma), "C = S")] if omega else []
+        figure = error_plot(points, "C", "model", f"Fig. 6: error against C at Ω = {recipes.power_label(omega or 0)}"
+                            f" ({', '.join(data)})", "channels C (S from Ω)", vlines=vlines,
+                            order=families)
+        return Analysis(figures={"fig6": figure}, tables={"fig6": table}, numbers=numbers, verdict=verdict,
+                        supported=supported)

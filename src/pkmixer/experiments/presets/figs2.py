@@ -1,0 +1,125 @@
+"""Fig. S.2: MLP-Mixer, RP MLP-Mixer and SW-MLP with γ = 4 against effective width at fixed Ω (Hayase &
+Karakida App. D.2).
+
+Command::
+
+    pkmixer reproduce figs2 --scale paper --dataset cifar10   # also cifar100
+    pkmixer reproduce figs2 --scale small                      # Fashion-MNIST, CPU minutes
+    pkmixer reproduce figs2 --scale smoke
+
+The paper's claim: with the expansion factor γ = 4 in the blocks, the test error still falls as the effective
+width grows, for normal and RP MLP-Mixers (m = SC) and for SW-MLPs (m = √(Ω/(γp))). What a run shows: mean test
+error ± std over seeds against m, one line per family and Ω; the verdict is Spearman's ρ(m, error) per line,
+supported when every ρ is negative.
+
+Scales:
+
+* ``paper`` - App. D.2 with App. C.4's recipe (Nesterov SGD, batch 128, 200 epochs, crop and flip, 3 seeds) at
+  the initial lr 0.1 that D.2 states: MLP-Mixer and RP MLP-Mixer at C = 16, 32, 48, 64, 83, 113, 173 with S
+  from Ω = 2^18 and 2^20 (γ = 4), SW-MLP with MLP blocks (S.17, γ = 4) at p = 0.1, 0.3, 0.5, 0.7, 0.9 and
+  m = √(Ω/(γp)) for both Ω. The depth is not stated for D.2; App. C.4's 8 blocks are used for all three.
+  Patch 4 at 32 px (S₀ = 64); the SW-MLP's per-patch FC has 64 channels. 114 runs per data set.
+* ``small`` - Fashion-MNIST, Ω = 2^17 (C* = 32 at γ = 4), C = 8, 16, 32, 64 and SW-MLP p = 1, 1/4, 1/16
+  (m = 181, 362, 724), 4 blocks, 4 epochs of AdamW on 10 000 images, 2 seeds: 22 runs.
+* ``smoke`` - digits, Ω = 2^11, C = 4, 8, 16, SW-MLP p = 1, 1/4, 1 block (SW-MLP 2), 1 epoch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...theory.width import mixer_omega, swmlp_width, tokens_for_channels
+from ..preset import Analysis, Preset, register_preset
+from ..report import aggregate, format_mean_std, rank_correlation
+from ..sweep import RunSpec
+from . import recipes
+from .measures import error_plot, finished
+
+GAMMA = 4.0
+PAPER_DATASETS = ("cifar10", "cifar100")
+FAMILIES = {"MLP-Mixer": "mixer", "RP MLP-Mixer": "rpmixer", "SW-MLP": "swmlp"}
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    recipe: recipes.Recipe
+    omegas: tuple[int, ...]
+    channels: tuple[int, ...]
+    densities: tuple[float, ...]
+    depth: int
+    sw_depth: int
+    sw_embed_dim: int
+
+
+def _sweep(scale: str, dataset: str) -> _Sweep:
+    if scale == "paper":
+        return _Sweep(recipes.paper_cifar(dataset, {**recipes.SGD_C4, "lr": 0.1}), (2**18, 2**20),
+                      (16, 32, 48, 64, 83, 113, 173), (0.1, 0.3, 0.5, 0.7, 0.9), 8, 8, 64)
+    if scale == "small":
+        return _Sweep(recipes.small(dataset), (2**17,), (8, 16, 32, 64), (1.0, 1 / 4, 1 / 16), 4, 4, 16)
+    return _Sweep(recipes.smoke(), (2**11,), (4, 8, 16), (1.0, 1 / 4), 1, 2, 4)
+
+
+@register_preset
+class FigS2(Preset):
+    name = "figs2"
+    title = "MLP-Mixer, RP MLP-Mixer and SW-MLP (γ = 4) against effective width"
+    claim = ("With γ = 4, test error still falls as the effective width grows at fixed Ω, for normal and RP "
+             "MLP-Mixers and for SW-MLPs.")
+    source = "Hayase & Karakida Fig. S.2, App. D.2"
+    datasets = PAPER_DATASETS + ("fashion-mnist", "mnist", "digits", "stl10")
+
+    def default_dataset(self, scale: str) -> str:
+        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+
+    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
+        dataset = self.check_dataset(scale, dataset)
+        recipes.check_dataset(self.name, scale, dataset, PAPER_DATASETS)
+        s = _sweep(scale, dataset)
+        specs = []
+        for omega in s.omegas:
+            for family, rp in (("MLP-Mixer", None), ("RP MLP-Mixer", "all")):
+                for C in s.channels:
+                    S = tokens_for_channels(omega, C, GAMMA)
+                    config = s.recipe.config({"name": "mixer_s64_32", "depth": s.depth, "embed_dim": C, "num_tokens": S,
+                                              "mlp_ratio": GAMMA, "rp_blocks": rp})
+                    meta = {"dataset": dataset, "model": family, "omega": omega, "C": C, "S": S, "width": C * S,
+                            "density": None, "omega_exact": mixer_omega(C, S, GAMMA)}
+                    specs += self.seeded(f"{FAMILIES[family]}-o{omega}-c{C}", config, meta, scale)
+            for p in s.densities:
+                m = swmlp_width(omega, p, GAMMA)
+                config = s.recipe.config({"name": "swmlp_o18_32", "depth": s.sw_depth, "embed_dim": s.sw_embed_dim,
+                                          "width": m, "density": p, "block": "mlp", "mlp_ratio": GAMMA,
+                                          "weight_format": "masked"})
+                meta = {"dataset": dataset, "model": "SW-MLP", "omega": omega, "C": None, "S": None, "width": m,
+                        "density": p, "omega_exact": GAMMA * p * m * m}
+                specs += self.seeded(f"swmlp-o{omega}-m{m}", config, meta, scale)
+        return recipes.seed_structures(specs)
+
+    def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
+        points = aggregate(finished(rows), ["model", "omega", "C", "S", "width", "density"])
+        for p in points:
+            p["line"] = f"{p['model']}, Ω = {recipes.power_label(p['omega'])}"
+        points.sort(key=lambda p: (list(FAMILIES).index(p["model"]), p["omega"], p["width"]))
+        table = [{k: p[k] for k in ("model", "omega", "C", "S", "width", "density")} |
+                 {"test_error_mean": p["mean"], "test_error_std": p["std"], "seeds": p["n"]} for p in points]
+        numbers, rhos = {}, {}
+        for line in dict.fromkeys(p["line"] for p in points):
+            group = [p for p in points if p["line"] == line]
+            rhos[line] = rank_correlation([p["width"] for p in group], [p["mean"] for p in group])
+            best = min(group, key=lambda p: p["mean"])
+            numbers[f"{line}: lowest error"] = f"{format_mean_std(best, percent=True)} at m = {best['width']}"
+            numbers[f"{line}: Spearman ρ(m, error)"] = None if rhos[line] is None else round(rhos[line], 3)
+        decided = {k: v for k, v in rhos.items() if v is not None}
+        listed = "; ".join(f"{k}: ρ = {v:+.2f}" for k, v in decided.items()) or "no line has three widths"
+        supported = None
+        if scale != "smoke" and decided and len(decided) == len(rhos):
+            supported = all(v < 0 for v in decided.values())
+        verdict = f"Spearman ρ between effective width and mean test error - {listed}."
+        if scale == "smoke":
+            verdict += " (Smoke scale: too short to decide.)"
+        data = ", ".join(sorted({str(r.get("dataset")) for r in rows}))
+        figure = error_plot(points, "width", "line", f"Fig. S.2: error against effective width, γ = 4 ({data})",
+                            "effective width m")
+        return Analysis(figures={"figs2": figure}, tables={"figs2": table}, numbers=numbers, verdict=verdict,
+                        supported=supported)

@@ -1,0 +1,121 @@
+"""Fig. S.3: the expansion factor γ at fixed effective width m = SC (Hayase & Karakida App. D.3, S.46).
+
+Command::
+
+    pkmixer reproduce figs3 --scale paper --dataset cifar10   # also cifar100, stl10
+    pkmixer reproduce figs3 --scale small                      # Fashion-MNIST, CPU minutes
+    pkmixer reproduce figs3 --scale smoke
+
+The paper's claim: at fixed Ω and fixed m = SC, γ = 2Ω/(m(C + m/C)) peaks at C = S = √m (S.46); a larger γ (a
+wider hidden layer γSC) lowers the test error of normal and RP MLP-Mixers (left), and the error is lowest
+around C = S (right). What a run shows: mean test error ± std over seeds against γ (left) and against C
+(right, one line per family and Ω, dashed at C = S); the verdict gives Spearman's ρ(γ, error) per family and,
+per family and Ω, whether the lowest error is at C = S. Supported when every ρ is negative and every minimum
+is at C = S.
+
+Scales:
+
+* ``paper`` - D.3 states m = 4096 and neither Ω nor the training: here Ω = 2^19 and 2^20 (γ from 0.94 to 2 and
+  from 1.88 to 4, "a realistic range"; γ = 4 at C = S = 64 for Ω = 2^20), C = 16, 32, 64, 128, 256 with
+  S = 4096/C, normal and RP MLP-Mixers of 8 blocks (App. C.4's depth), App. C.4's recipe at D.2's lr 0.1
+  (Nesterov SGD, batch 128, 200 epochs, crop and flip), patch 4 at 32 px, 3 seeds: 60 runs per data set.
+* ``small`` - Fashion-MNIST, m = 256, C = 4, 8, 16, 32, 64, Ω = 2^13 and 2^14 (γ up to 2 and 4), 4 blocks,
+  4 epochs of AdamW on 10 000 images, 2 seeds: 40 runs.
+* ``smoke`` - digits, m = 16, C = 2, 4, 8, Ω = 2^8, 1 block, 1 epoch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...theory.width import fixed_width_table
+from ..preset import Analysis, Preset, register_preset
+from ..report import aggregate, format_mean_std, rank_correlation
+from ..sweep import RunSpec
+from . import recipes
+from .measures import balance_minimum, error_plot, finished
+
+FAMILIES = {"MLP-Mixer": "mixer", "RP MLP-Mixer": "rpmixer"}
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    recipe: recipes.Recipe
+    width: int
+    channels: tuple[int, ...]
+    omegas: tuple[int, ...]
+    depth: int
+
+
+def _sweep(scale: str, dataset: str) -> _Sweep:
+    if scale == "paper":
+        return _Sweep(recipes.paper_cifar(dataset, {**recipes.SGD_C4, "lr": 0.1}), 4096, (16, 32, 64, 128, 256),
+                      (2**19, 2**20), 8)
+    if scale == "small":
+        return _Sweep(recipes.small(dataset), 256, (4, 8, 16, 32, 64), (2**13, 2**14), 4)
+    return _Sweep(recipes.smoke(), 16, (2, 4, 8), (2**8,), 1)
+
+
+@register_preset
+class FigS3(Preset):
+    name = "figs3"
+    title = "Expansion factor γ at fixed effective width m = SC"
+    claim = ("At fixed Ω and m = SC, a larger expansion factor γ lowers the test error of normal and RP "
+             "MLP-Mixers, and the error is lowest around C = S, where γ = 2Ω/(m(C + m/C)) peaks.")
+    source = "Hayase & Karakida Fig. S.3, App. D.3"
+    datasets = recipes.PAPER_CIFAR + ("fashion-mnist", "mnist", "digits")
+
+    def default_dataset(self, scale: str) -> str:
+        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+
+    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
+        dataset = self.check_dataset(scale, dataset)
+        recipes.check_dataset(self.name, scale, dataset, recipes.PAPER_CIFAR)
+        s = _sweep(scale, dataset)
+        specs = []
+        for omega in s.omegas:
+            for row in fixed_width_table(omega, s.width, s.channels):
+                C, S, gamma = row["C"], row["S"], row["gamma"]
+                for family, rp in (("MLP-Mixer", None), ("RP MLP-Mixer", "all")):
+                    config = s.recipe.config({"name": "mixer_s64_32", "depth": s.depth, "embed_dim": C,
+                                              "num_tokens": S, "mlp_ratio": gamma, "rp_blocks": rp})
+                    meta = {"dataset": dataset, "model": family, "omega": omega, "width": s.width, "C": C, "S": S,
+                            "gamma": round(gamma, 4)}
+                    specs += self.seeded(f"{FAMILIES[family]}-o{omega}-c{C}", config, meta, scale)
+        return recipes.seed_structures(specs)
+
+    def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
+        points = aggregate(finished(rows), ["model", "omega", "width", "C", "S", "gamma"])
+        for p in points:
+            p["line"] = f"{p['model']}, Ω = {recipes.power_label(p['omega'])}"
+        points.sort(key=lambda p: (list(FAMILIES).index(p["model"]), p["omega"], p["C"]))
+        table = [{k: p[k] for k in ("model", "omega", "width", "C", "S", "gamma")} |
+                 {"test_error_mean": p["mean"], "test_error_std": p["std"], "seeds": p["n"]} for p in points]
+        numbers, rhos, minima = {}, {}, {}
+        for family in FAMILIES:
+            group = [p for p in points if p["model"] == family]
+            rhos[family] = rank_correlation([p["gamma"] for p in group], [p["mean"] for p in group])
+            numbers[f"{family}: Spearman ρ(γ, error)"] = None if rhos[family] is None else round(rhos[family], 3)
+        for line in dict.fromkeys(p["line"] for p in points):
+            best = balance_minimum([p for p in points if p["line"] == line])
+            minima[line] = best["at_balance"]
+            lowest = min((p for p in points if p["line"] == line), key=lambda p: p["mean"])
+            numbers[f"{line}: lowest error"] = (f"{format_mean_std(lowest, percent=True)} at C = {best['C']}, "
+                                                f"S = {best['S']}, γ = {lowest['gamma']:.3g}")
+        rho_text = "; ".join(f"{k}: ρ(γ, error) = {v:+.2f}" for k, v in rhos.items() if v is not None)
+        at = [k for k, v in minima.items() if v]
+        verdict = (f"{rho_text or 'too few γ values'}. The lowest error is at C = S for {len(at)} of {len(minima)} "
+                   f"fixed-Ω lines{' (' + ', '.join(at) + ')' if at else ''}.")
+        supported = None
+        if scale != "smoke" and minima and all(v is not None for v in rhos.values()):
+            supported = all(v < 0 for v in rhos.values()) and all(minima.values())
+        if scale == "smoke":
+            verdict += " (Smoke scale: too short to decide.)"
+        data = ", ".join(sorted({str(r.get("dataset")) for r in rows}))
+        width = points[0]["width"] if points else 0
+        left = error_plot(points, "gamma", "line", f"Fig. S.3 left: error against γ at m = {width} ({data})",
+                          "expansion factor γ", log_x=False)
+        right = error_plot(points, "C", "line", f"Fig. S.3 right: error against C at m = {width} ({data})",
+                           "channels C (S = m / C)", vlines=[(width ** 0.5, "C = S")] if width else ())
+        return Analysis(figures={"figs3_gamma": left, "figs3_channels": right}, tables={"figs3": table},
+                        numbers=numbers, verdict=verdict, supported=supported)

@@ -1,0 +1,111 @@
+"""Fig. S.4: one block of an S-Mixer replaced by its RP counterpart (Hayase & Karakida App. D.5).
+
+Command::
+
+    pkmixer reproduce figs4 --scale paper --dataset cifar10   # also cifar100, stl10
+    pkmixer reproduce figs4 --scale small                      # Fashion-MNIST, CPU minutes
+    pkmixer reproduce figs4 --scale smoke
+
+The paper's claim: where a shallow RP S-Mixer is worse than the normal one, the loss comes from the first block -
+the first token mixing sees neighbouring, correlated patches, whose structure a random permutation discards -
+while RP blocks higher up cost (almost) nothing: upstream layers are functionally commutative with an RP block.
+What a run shows: mean test error ± std over seeds of the normal S-Mixer, the S-Mixer with block l made RP
+(l = 1 ... L) and the all-RP S-Mixer; the verdict names the block whose replacement costs most, supported when
+it is the first.
+
+Scales:
+
+* ``paper`` - App. D.5: S-Mixer, 4 blocks, S = C = 64 (= S₀ at patch 4 and 32 px), "the optimizer and training
+  settings ... consistent with Section C.6", i.e. App. C.4's recipe (Nesterov SGD lr 0.02, batch 128, 200
+  epochs, crop and flip), 3 seeds: 18 runs per data set (about 10 V100 hours in the paper).
+* ``small`` - Fashion-MNIST, S = C = 32, 4 blocks, 4 epochs of AdamW on 10 000 images, 2 seeds: 12 runs.
+* ``smoke`` - digits, S = C = 4, 2 blocks, 1 epoch.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from ..preset import Analysis, Preset, register_preset
+from ..report import aggregate, format_mean_std
+from ..sweep import RunSpec
+from . import recipes
+from .measures import finished, gap
+
+
+def _variants(depth: int) -> list[tuple[str, str | list[int] | None, int | None]]:
+    """(label, rp_blocks, replaced block counted from 1) of the normal, single-RP-block and all-RP S-Mixers."""
+    return ([("S-Mixer", None, None)] + [(f"RP block {i + 1}", [i], i + 1) for i in range(depth)]
+            + [("RP S-Mixer", "all", None)])
+
+
+@register_preset
+class FigS4(Preset):
+    name = "figs4"
+    title = "One RP block in a normal S-Mixer"
+    claim = ("Replacing a single block of a normal S-Mixer by an RP block hurts most in the first block; RP blocks "
+             "higher up behave like normal ones.")
+    source = "Hayase & Karakida Fig. S.4, App. D.5"
+    datasets = recipes.PAPER_CIFAR + ("fashion-mnist", "mnist", "digits")
+
+    def default_dataset(self, scale: str) -> str:
+        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+
+    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
+        dataset = self.check_dataset(scale, dataset)
+        recipes.check_dataset(self.name, scale, dataset, recipes.PAPER_CIFAR)
+        recipe, width, depth = {
+            "paper": lambda: (recipes.paper_cifar(dataset), 64, 4),
+            "small": lambda: (recipes.small(dataset), 32, 4),
+            "smoke": lambda: (recipes.smoke(), 4, 2),
+        }[scale]()
+        specs = []
+        for label, rp, block in _variants(depth):
+            tokens = None if width == (recipe.image["img_size"] // recipe.image["patch_size"]) ** 2 else width
+            config = recipe.config({"name": "smixer_s64_32", "depth": depth, "embed_dim": width, "num_tokens": tokens,
+                                    "rp_blocks": rp})
+            meta = {"dataset": dataset, "model": label, "rp_block": block, "depth": depth, "C": width, "S": width}
+            tag = "normal" if rp is None else "allrp" if rp == "all" else f"rp{block}"
+            specs += self.seeded(tag, config, meta, scale)
+        return recipes.seed_structures(specs)
+
+    def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
+        points = aggregate(finished(rows), ["model", "rp_block"])
+        normal = next((p for p in points if p["model"] == "S-Mixer"), None)
+        singles = sorted((p for p in points if p["rp_block"] is not None), key=lambda p: p["rp_block"])
+        table = [{"model": p["model"], "rp_block": p["rp_block"], "test_error_mean": p["mean"],
+                  "test_error_std": p["std"], "seeds": p["n"],
+                  "minus_normal": None if normal is None else p["mean"] - normal["mean"]} for p in points]
+        numbers = {p["model"]: format_mean_std(p, percent=True) for p in points}
+        supported, verdict = None, "The normal S-Mixer and the single-block replacements must finish to compare."
+        if normal is not None and singles:
+            worst = max(singles, key=lambda p: p["mean"])
+            costs = ", ".join(f"block {p['rp_block']}: {100 * gap(p, normal)['difference']:+.2f}" for p in singles)
+            numbers["costliest RP block"] = worst["rp_block"]
+            verdict = (f"Error of each single RP block minus the normal S-Mixer's, in points - {costs}; the costliest "
+                       f"replacement is block {worst['rp_block']}"
+                       f"{' (the first)' if worst['rp_block'] == 1 else ''}.")
+            supported = None if scale == "smoke" else worst["rp_block"] == 1
+        if scale == "smoke":
+            verdict += " (Smoke scale: too short to decide.)"
+        data = ", ".join(sorted({str(r.get("dataset")) for r in rows}))
+        return Analysis(figures={"figs4": _bars(points, normal, data)}, tables={"figs4": table}, numbers=numbers,
+                        verdict=verdict, supported=supported)
+
+
+def _bars(points: list[dict], normal: dict | None, data: str) -> Figure:
+    """Mean test error ± std of each variant, the normal S-Mixer's as a dashed line."""
+    order = sorted(points, key=lambda p: (p["rp_block"] is None and p["model"] != "S-Mixer", p["rp_block"] or 0))
+    fig = Figure(figsize=(6.0, 3.8))
+    ax = fig.add_subplot()
+    colours = ["tab:red" if p["model"] == "S-Mixer" else "tab:orange" if p["rp_block"] is None else "tab:olive"
+               for p in order]
+    ax.bar(range(len(order)), [100 * p["mean"] for p in order], yerr=[100 * (p["std"] or 0) for p in order],
+           color=colours, capsize=3)
+    if normal is not None:
+        ax.axhline(100 * normal["mean"], color="tab:red", linestyle="--", linewidth=1)
+    ax.set_xticks(range(len(order)), [p["model"] for p in order], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("test error (%)")
+    ax.set_title(f"Fig. S.4: one RP block in a normal S-Mixer ({data})", fontsize=10)
+    return fig

@@ -1,0 +1,107 @@
+"""Fig. S.5: the input patch size - test error against C₀ = 3P² at fixed mixing sizes S = C = 64 (Hayase &
+Karakida App. D.6).
+
+Command::
+
+    pkmixer reproduce figs5 --scale paper --dataset cifar10   # also cifar100, stl10 (at 90 px)
+    pkmixer reproduce figs5 --scale small                      # Fashion-MNIST, CPU minutes
+    pkmixer reproduce figs5 --scale smoke
+
+The paper's claim (a side note): with the mixing layers fixed, there is an optimal patch size, and it depends on
+the data: C₀ = 48 (P = 4, S₀ = 64) for CIFAR-10/100 and C₀ = 108 (P = 6, S₀ = 225) for STL-10 at 90 px. What a
+run shows: mean test error ± std over seeds against C₀ = in_chans·P² for the S-Mixer and the RP S-Mixer; the
+verdict names each family's best patch size, supported when it lies strictly inside the swept range (an
+optimum, not a trend to one end).
+
+Scales:
+
+* ``paper`` - App. D.6: S-Mixer and RP S-Mixer, S = C = 64 (the first token mixing maps S₀ -> 64, App. A.2.4),
+  4 blocks, App. C.4's recipe at lr 0.1. CIFAR-10/100: P = 1, 2, 4, 8, 16, 32 at 32 px, 200 epochs, 3 seeds;
+  STL-10: resized to 90 px, P = 1, 3, 6, 10, 18, 30, 400 epochs, 5 seeds. 36 (60) runs, about 30 V100 hours
+  for all three in the paper.
+* ``small`` - Fashion-MNIST (28 px): P = 1, 2, 4, 7, 14, 28, S = C = 32, 4 blocks, 4 epochs of AdamW on 10 000
+  images, 2 seeds: 24 runs.
+* ``smoke`` - digits (8 px): P = 1, 2, 4, S = C = 4, 1 block, 1 epoch.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..preset import Analysis, Preset, register_preset
+from ..report import aggregate, format_mean_std
+from ..sweep import RunSpec
+from . import recipes
+from .measures import error_plot, finished
+
+FAMILIES = {"S-Mixer": ("smixer_s64_32", "smixer"), "RP S-Mixer": ("rp_smixer_s64_32", "rpsmixer")}
+PATCHES = {32: (1, 2, 4, 8, 16, 32), 90: (1, 3, 6, 10, 18, 30), 28: (1, 2, 4, 7, 14, 28), 8: (1, 2, 4)}
+
+
+@register_preset
+class FigS5(Preset):
+    name = "figs5"
+    title = "Input patch size at fixed S = C"
+    claim = ("At fixed mixing sizes S = C = 64 there is an optimal patch size, and it depends on the data: "
+             "C₀ = 48 (P = 4) for CIFAR-10/100, C₀ = 108 (P = 6) for STL-10 at 90 px.")
+    source = "Hayase & Karakida Fig. S.5, App. D.6"
+    datasets = recipes.PAPER_CIFAR + ("fashion-mnist", "mnist", "digits")
+
+    def default_dataset(self, scale: str) -> str:
+        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+
+    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
+        dataset = self.check_dataset(scale, dataset)
+        recipes.check_dataset(self.name, scale, dataset, recipes.PAPER_CIFAR)
+        seeder = self
+        if scale == "paper":
+            sgd = {**recipes.SGD_C4, "lr": 0.1}
+            if dataset == "stl10":
+                recipe = recipes.paper_cifar(dataset, sgd, 400, {"resize": 90}).replace(
+                    image={**recipes.COLOUR32, "img_size": 90})
+                seeder = recipes.paper_seeds(self, scale, 5)
+            else:
+                recipe = recipes.paper_cifar(dataset, sgd)
+            width, depth = 64, 4
+        elif scale == "small":
+            recipe, width, depth = recipes.small(dataset), 32, 4
+        else:
+            recipe, width, depth = recipes.smoke(), 4, 1
+        size, chans = recipe.image["img_size"], recipe.image["in_chans"]
+        specs = []
+        for family, (model, tag) in FAMILIES.items():
+            for patch in PATCHES[size]:
+                config = recipe.config({"name": model, "patch_size": patch, "depth": depth, "embed_dim": width,
+                                        "num_tokens": width})
+                meta = {"dataset": dataset, "model": family, "patch": patch, "C0": chans * patch * patch,
+                        "S0": (size // patch) ** 2, "C": width, "S": width}
+                specs += seeder.seeded(f"{tag}-p{patch}", config, meta, scale)
+        return recipes.seed_structures(specs)
+
+    def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
+        points = aggregate(finished(rows), ["model", "patch", "C0", "S0"])
+        points.sort(key=lambda p: (list(FAMILIES).index(p["model"]), p["patch"]))
+        table = [{k: p[k] for k in ("model", "patch", "C0", "S0")} |
+                 {"test_error_mean": p["mean"], "test_error_std": p["std"], "seeds": p["n"]} for p in points]
+        numbers, inside, findings = {}, [], []
+        for family in FAMILIES:
+            group = [p for p in points if p["model"] == family]
+            if not group:
+                continue
+            best = min(group, key=lambda p: p["mean"])
+            patches = [p["patch"] for p in group]
+            interior = min(patches) < best["patch"] < max(patches)
+            inside.append(interior)
+            numbers[f"{family}: best patch"] = (f"P = {best['patch']} (C₀ = {best['C0']}, S₀ = {best['S0']}): "
+                                                f"{format_mean_std(best, percent=True)}")
+            findings.append(f"{family}: lowest error at P = {best['patch']} (C₀ = {best['C0']}), "
+                            f"{'inside' if interior else 'at the end of'} the swept range "
+                            f"P = {min(patches)}-{max(patches)}")
+        verdict = "; ".join(findings) + "." if findings else "No run finished."
+        supported = None if scale == "smoke" or len(inside) < 2 else all(inside)
+        if scale == "smoke":
+            verdict += " (Smoke scale: too short to decide.)"
+        data = ", ".join(sorted({str(r.get("dataset")) for r in rows}))
+        figure = error_plot(points, "C0", "model", f"Fig. S.5: error against the patch's input size C₀ ({data})",
+                            "C₀ = channels · P²", order=list(FAMILIES))
+        return Analysis(figures={"figs5": figure}, tables={"figs5": table}, numbers=numbers, verdict=verdict,
+                        supported=supported)

@@ -1,0 +1,224 @@
+"""Figs. S.6 and S.7: random permutations curb overfitting - test-loss curves of normal and RP Mixers at fixed Ω
+(Hayase & Karakida App. D.7).
+
+Command::
+
+    pkmixer reproduce figs6 --scale paper    # S-Mixers (Fig. S.6); figs7: MLP-Mixers with AutoAugment (Fig. S.7)
+    pkmixer reproduce figs6 --scale small    # Fashion-MNIST, 2 000 training images so that models overfit
+    pkmixer reproduce figs6 --scale smoke
+
+The paper's claims. Fig. S.6: trained long, the normal S-Mixer overfits - its test loss rises again after its
+minimum - by more than twice as much as the RP S-Mixer, worst at the largest C (smallest S). Fig. S.7: with
+AutoAugment and MLP-Mixers (γ = 4) the RP model still ends with the lower test loss at the largest C, while its
+training loss stays above the normal model's. What a run shows: the mean test-loss curves over seeds for every C
+(and the min-max band at the largest C, with the training loss for S.7); the table gives, per family and C, the
+overfitting (final minus minimal test loss, mean ± std over seeds) and the final losses. Verdicts: S.6 is
+supported when, at the largest C, the normal model's overfitting is at least twice the RP model's; S.7 when the
+RP model's final test loss is the lower one there.
+
+Scales:
+
+* ``paper`` - CIFAR-10, Ω = 2^18 for the S-Mixers (S.6; γ = 4 and Ω = 2^20 for the MLP-Mixers of S.7, which
+  gives the same pairs): C = 16, 32, 64, 114, 173 with S = 173, 113, 64, 32, 16; 8 blocks, Nesterov SGD lr 0.1,
+  600 epochs, 5 seeds; S.6 with App. C.4's batch 128, crop and flip; S.7 with batch 256 and AutoAugment. Ω is
+  not stated in D.7: it is the Ω whose C.4 pairs end in (173, 16). 50 runs each.
+* ``small`` - Fashion-MNIST, 2 000 training and 2 000 test images, 15 epochs of AdamW, Ω = 2^15 (S.6) or 2^17
+  at γ = 4 (S.7), 4 blocks, C = 8, 16, 32, 56, 87, 2 seeds: 20 runs each.
+* ``smoke`` - digits, C = 4, 14 at Ω = 2^9 (γ = 4: 2^11), 1 block, 2 epochs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from ...theory.width import symmetric_pairs
+from ..preset import Analysis, Preset, register_preset
+from ..report import mean_std
+from ..sweep import RunSpec
+from . import recipes
+from .measures import COLOURS, finished, learning_curves, mean_curve, overfitting
+
+PAPER_CHANNELS = (16, 32, 64, 114, 173)
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    recipe: recipes.Recipe
+    omega: int
+    channels: tuple[int, ...]
+    depth: int
+
+
+def _sweep(scale: str, dataset: str, gamma: float, paper_data: dict) -> _Sweep:
+    """The C values and recipe; Ω scales with γ so that both figures share their (C, S) pairs."""
+    if scale == "paper":
+        return _Sweep(recipes.paper_cifar(dataset, {**recipes.SGD_C4, "lr": 0.1}, 600, paper_data),
+                      round(2**18 * gamma), PAPER_CHANNELS, 8)
+    if scale == "small":
+        recipe = recipes.small(dataset, epochs=15, train_subset=2000, test_subset=2000)
+        return _Sweep(recipe, round(2**15 * gamma), (8, 16, 32, 56, 87), 4)
+    return _Sweep(recipes.smoke(epochs=2), round(2**9 * gamma), (4, 14), 1)
+
+
+class _Overfitting(Preset):
+    """Normal against RP Mixers at fixed Ω, analysed by their test-loss curves."""
+
+    families: dict[str, dict] = {}  # label -> model options
+    gamma: float = 1.0
+    paper_data: dict = {}
+    default_seeds = {"paper": 5, "small": 2, "smoke": 1}
+    datasets = ("cifar10", "cifar100", "stl10", "fashion-mnist", "mnist", "digits")
+
+    def default_dataset(self, scale: str) -> str:
+        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+
+    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
+        dataset = self.check_dataset(scale, dataset)
+        recipes.check_dataset(self.name, scale, dataset, recipes.PAPER_CIFAR)
+        s = _sweep(scale, dataset, self.gamma, self.paper_data)
+        specs = []
+        for C, S in symmetric_pairs(s.omega, self.gamma, channels=s.channels):
+            for family, options in self.families.items():
+                config = s.recipe.config({**options, "depth": s.depth, "embed_dim": C, "num_tokens": S})
+                meta = {"dataset": dataset, "model": family, "omega": s.omega, "C": C, "S": S}
+                tag = family.replace(" ", "").replace("-", "").lower()
+                specs += self.seeded(f"{tag}-c{C}", config, meta, scale)
+        return recipes.seed_structures(specs)
+
+    def _summaries(self, rows: list[dict], sweep_dir: Path) -> tuple[list[dict], dict]:
+        """Per (family, C): overfitting and final losses over seeds; and the runs' curves."""
+        curves = learning_curves(sweep_dir, rows)
+        table = []
+        for family in self.families:
+            for C in sorted({r["C"] for r in rows if r["model"] == family}):
+                runs = [curves[r["run"]] for r in rows if r["model"] == family and r["C"] == C and curves[r["run"]]]
+                if not runs:
+                    continue
+                over = mean_std(overfitting([e["test_loss"] for e in c]) for c in runs)
+                final = mean_std(c[-1]["test_loss"] for c in runs)
+                train = mean_std(c[-1]["train_loss"] for c in runs)
+                S = next(r["S"] for r in rows if r["model"] == family and r["C"] == C)
+                table.append({"model": family, "C": C, "S": S, "overfitting_mean": over["mean"],
+                              "overfitting_std": over["std"], "final_test_loss_mean": final["mean"],
+                              "final_test_loss_std": final["std"], "final_train_loss_mean": train["mean"],
+                              "min_test_loss_mean": float(np.mean([min(e["test_loss"] for e in c) for c in runs])),
+                              "seeds": len(runs)})
+        return table, curves
+
+    def _figure(self, rows: list[dict], curves: dict, title: str, right_key: str) -> Figure:
+        """Left: mean test-loss curves for every C; right: ``right_key`` at the largest C with its min-max band."""
+        fig = Figure(figsize=(10.0, 3.8), layout="constrained")
+        left, right = fig.subplots(1, 2)
+        channels = sorted({r["C"] for r in rows})
+        styles = ["-", "--", "-.", ":", (0, (3, 1, 1, 1))]
+        for family in self.families:
+            colour = COLOURS[family]
+            for i, C in enumerate(channels):
+                runs = [curves[r["run"]] for r in rows if r["model"] == family and r["C"] == C and curves[r["run"]]]
+                if not runs:
+                    continue
+                mc = mean_curve(runs, "test_loss")
+                left.plot(mc["epoch"], mc["mean"], color=colour, linestyle=styles[i % len(styles)], linewidth=1.2,
+                          label=f"{family}, C = {C}")
+                if C == channels[-1]:
+                    band = mean_curve(runs, right_key)
+                    right.plot(band["epoch"], band["mean"], color=colour, label=family)
+                    right.fill_between(band["epoch"], band["min"], band["max"], color=colour, alpha=0.25)
+        left.set_title(f"{title}: mean test loss", fontsize=10)
+        right.set_title(f"{right_key.replace('_', ' ')} at C = {channels[-1] if channels else '-'} (min-max band)",
+                        fontsize=10)
+        for ax in (left, right):
+            ax.set_xlabel("epoch")
+            ax.set_ylabel("loss")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        return fig
+
+    def _at_largest(self, table: list[dict]) -> tuple[dict | None, dict | None]:
+        if not table:
+            return None, None
+        C = max(t["C"] for t in table)
+        normal, rp = (next((t for t in table if t["model"] == f and t["C"] == C), None) for f in self.families)
+        return normal, rp
+
+
+def _ratio(normal: float, rp: float) -> float | None:
+    """normal / RP overfitting; infinite when only the normal model overfits, None when neither does."""
+    if rp > 0:
+        return normal / rp
+    return float("inf") if normal > 0 else None
+
+
+@register_preset
+class FigS6(_Overfitting):
+    name = "figs6"
+    title = "Overfitting of normal and RP S-Mixers at fixed Ω (test-loss curves)"
+    claim = ("The normal S-Mixer overfits more than twice as much as the RP S-Mixer, especially at the largest C "
+             "(smallest S): RP regularises beyond the token-mixing side.")
+    source = "Hayase & Karakida Fig. S.6, App. D.7"
+    families = {"S-Mixer": {"name": "smixer_s64_32"}, "RP S-Mixer": {"name": "rp_smixer_s64_32"}}
+
+    def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
+        rows = finished(rows)
+        table, curves = self._summaries(rows, sweep_dir)
+        normal, rp = self._at_largest(table)
+        numbers = {f"{t['model']}, C = {t['C']}: overfitting (final − min test loss)":
+                   {"mean": t["overfitting_mean"], "std": t["overfitting_std"], "n": t["seeds"]} for t in table}
+        supported, verdict = None, "Both families must finish at the largest C."
+        if normal and rp:
+            ratio = _ratio(normal["overfitting_mean"], rp["overfitting_mean"])
+            numbers["overfitting ratio normal / RP at the largest C"] = ratio
+            verdict = (f"At C = {normal['C']} (S = {normal['S']}) the normal S-Mixer's test loss ends "
+                       f"{normal['overfitting_mean']:.4f} above its minimum, the RP S-Mixer's "
+                       f"{rp['overfitting_mean']:.4f}: " + ("neither overfits" if ratio is None else
+                                                            f"a ratio of {ratio:.3g}") + " (the paper: more than 2).")
+            supported = None if scale == "smoke" else ratio is not None and ratio >= 2
+        if scale == "smoke":
+            verdict += " (Smoke scale: too short to decide.)"
+        figure = self._figure(rows, curves, "Fig. S.6", "test_loss")
+        return Analysis(figures={"figs6": figure}, tables={"figs6": table}, numbers=numbers, verdict=verdict,
+                        supported=supported)
+
+
+@register_preset
+class FigS7(_Overfitting):
+    name = "figs7"
+    title = "Overfitting of normal and RP MLP-Mixers with AutoAugment (test and training loss)"
+    claim = ("With AutoAugment and MLP-Mixers (γ = 4), the RP model still ends with the lower test loss at the "
+             "largest C, while its training loss stays above the normal model's.")
+    source = "Hayase & Karakida Fig. S.7, App. D.7"
+    gamma = 4.0
+    paper_data = {"batch_size": 256, "auto_augment": "cifar10"}
+    families = {"MLP-Mixer": {"name": "mixer_s64_32", "mlp_ratio": 4.0},
+                "RP MLP-Mixer": {"name": "rp_mixer_s64_32", "mlp_ratio": 4.0}}
+
+    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
+        specs = super().runs(scale, dataset)
+        if scale != "paper":  # AutoAugment at every scale (the smoke digits too: it exercises the path)
+            for spec in specs:
+                spec.config["data"]["auto_augment"] = "cifar10"
+        return specs
+
+    def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
+        rows = finished(rows)
+        table, curves = self._summaries(rows, sweep_dir)
+        normal, rp = self._at_largest(table)
+        numbers = {f"{t['model']}, C = {t['C']}: final test / train loss":
+                   f"{t['final_test_loss_mean']:.4f} / {t['final_train_loss_mean']:.4f}" for t in table}
+        supported, verdict = None, "Both families must finish at the largest C."
+        if normal and rp:
+            lower = rp["final_test_loss_mean"] < normal["final_test_loss_mean"]
+            verdict = (f"At C = {normal['C']} (S = {normal['S']}) the final test loss is "
+                       f"{rp['final_test_loss_mean']:.4f} for the RP MLP-Mixer and "
+                       f"{normal['final_test_loss_mean']:.4f} for the normal one "
+                       f"({'RP lower' if lower else 'RP not lower'}); final training loss "
+                       f"{rp['final_train_loss_mean']:.4f} against {normal['final_train_loss_mean']:.4f}.")
+            supported = None if scale == "smoke" else lower
+        if scale == "smoke":
+            verdict += " (Smoke scale: too short to decide.)"
+        figure = self._figure(rows, curves, "Fig. S.7", "train_loss")
+        return Analysis(figures={"figs7": figure}, tables={"figs7": table}, numbers=numbers, verdict=verdict,
+                        supported=supported)

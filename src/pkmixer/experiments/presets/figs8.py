@@ -1,0 +1,131 @@
+"""Fig. S.8: with AdamW and AutoAugment the RP MLP-Mixer overtakes the normal one at S = C = 64 (Hayase &
+Karakida App. D.7).
+
+Command::
+
+    pkmixer reproduce figs8 --scale paper    # CIFAR-10
+    pkmixer reproduce figs8 --scale small    # Fashion-MNIST, CPU minutes
+    pkmixer reproduce figs8 --scale smoke
+
+The paper's claim: trained with AdamW (lr 0.01) and AutoAugment, neither model's test loss rises much at
+C = S = 64, but the normal MLP-Mixer's plateaus while the RP MLP-Mixer's keeps falling, so that the RP model ends
+with the lower test loss and the higher test accuracy. What a run shows: the mean test-loss, training-loss and
+test-error curves over seeds with min-max bands; the verdict compares the final test loss and test error (mean
+over seeds) and the slope of the test loss over the last quarter of training; supported when the RP model ends
+lower in both test loss and test error.
+
+Scales:
+
+* ``paper`` - App. D.7: MLP-Mixer and RP MLP-Mixer, S = C = 64, γ = 4, 8 blocks (``mixer_s64_32``), AdamW
+  lr 0.01 (weight decay unstated: AdamW's default 0.01), batch 256, 600 epochs, cosine annealing, AutoAugment
+  with App. C.4's crop and flip, 5 seeds; CIFAR-10 (the data set of D.7's other figures).
+* ``small`` - Fashion-MNIST, S = C = 32, 4 blocks, AdamW lr 0.003 with AutoAugment, 10 epochs on 10 000
+  images, 3 seeds: 6 runs.
+* ``smoke`` - digits, S = C = 4, 1 block, 2 epochs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from ..preset import Analysis, Preset, register_preset
+from ..report import mean_std
+from ..sweep import RunSpec
+from . import recipes
+from .measures import COLOURS, finished, learning_curves, mean_curve
+
+FAMILIES = {"MLP-Mixer": ("mixer_s64_32", "mixer"), "RP MLP-Mixer": ("rp_mixer_s64_32", "rpmixer")}
+
+
+@register_preset
+class FigS8(Preset):
+    name = "figs8"
+    title = "Normal and RP MLP-Mixers trained with AdamW and AutoAugment (S = C = 64)"
+    claim = ("With AdamW and AutoAugment, the normal MLP-Mixer's test loss plateaus while the RP MLP-Mixer's keeps "
+             "decreasing: the RP model ends with the lower test loss and the higher test accuracy.")
+    source = "Hayase & Karakida Fig. S.8, App. D.7"
+    datasets = recipes.PAPER_CIFAR + ("fashion-mnist", "mnist", "digits")
+    default_seeds = {"paper": 5, "small": 3, "smoke": 1}
+
+    def default_dataset(self, scale: str) -> str:
+        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+
+    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
+        dataset = self.check_dataset(scale, dataset)
+        recipes.check_dataset(self.name, scale, dataset, recipes.PAPER_CIFAR)
+        recipe, width, depth = {
+            "paper": lambda: (recipes.paper_cifar(dataset, recipes.ADAMW_C1, 600, {"batch_size": 256}), 64, 8),
+            "small": lambda: (recipes.small(dataset, epochs=10), 32, 4),
+            "smoke": lambda: (recipes.smoke(epochs=2), 4, 1),
+        }[scale]()
+        specs = []
+        for family, (model, tag) in FAMILIES.items():
+            tokens = None if width == (recipe.image["img_size"] // recipe.image["patch_size"]) ** 2 else width
+            config = recipe.config({"name": model, "depth": depth, "embed_dim": width, "num_tokens": tokens})
+            config["data"]["auto_augment"] = "cifar10"
+            meta = {"dataset": dataset, "model": family, "C": width, "S": width}
+            specs += self.seeded(tag, config, meta, scale)
+        return recipes.seed_structures(specs)
+
+    def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
+        rows = finished(rows)
+        curves = learning_curves(sweep_dir, rows)
+        table, stats = [], {}
+        for family in FAMILIES:
+            runs = [curves[r["run"]] for r in rows if r["model"] == family and curves[r["run"]]]
+            if not runs:
+                continue
+            tail = max(2, len(runs[0]) // 4)
+            slopes = [np.polyfit(np.arange(tail), [e["test_loss"] for e in c[-tail:]], 1)[0] for c in runs]
+            stats[family] = {"test_loss": mean_std(c[-1]["test_loss"] for c in runs),
+                             "test_error": mean_std(c[-1]["test_error"] for c in runs),
+                             "slope": mean_std(slopes)}
+            table.append({"model": family, "final_test_loss_mean": stats[family]["test_loss"]["mean"],
+                          "final_test_loss_std": stats[family]["test_loss"]["std"],
+                          "final_test_error_mean": stats[family]["test_error"]["mean"],
+                          "final_test_error_std": stats[family]["test_error"]["std"],
+                          "test_loss_slope_last_quarter": stats[family]["slope"]["mean"], "seeds": len(runs)})
+        numbers = {f"{f}: final {k.replace('_', ' ')}": v for f, s in stats.items() for k, v in s.items()
+                   if k != "slope"}
+        numbers.update({f"{f}: test-loss slope per epoch, last quarter": s["slope"] for f, s in stats.items()})
+        supported, verdict = None, "Both families must finish to compare them."
+        if len(stats) == 2:
+            normal, rp = stats["MLP-Mixer"], stats["RP MLP-Mixer"]
+            loss = rp["test_loss"]["mean"] < normal["test_loss"]["mean"]
+            error = rp["test_error"]["mean"] < normal["test_error"]["mean"]
+            verdict = (f"Final test loss RP {rp['test_loss']['mean']:.4f} against normal "
+                       f"{normal['test_loss']['mean']:.4f}, "
+                       f"final test error RP {100 * rp['test_error']['mean']:.2f} % against "
+                       f"{100 * normal['test_error']['mean']:.2f} %; test-loss slope over the last quarter "
+                       f"{rp['slope']['mean']:+.2e} (RP) and {normal['slope']['mean']:+.2e} (normal) per epoch. "
+                       f"The RP model ends {'lower in both' if loss and error else 'not lower in both'}.")
+            supported = None if scale == "smoke" else loss and error
+        if scale == "smoke":
+            verdict += " (Smoke scale: too short to decide.)"
+        return Analysis(figures={"figs8": _figure(rows, curves)}, tables={"figs8": table}, numbers=numbers,
+                        verdict=verdict, supported=supported)
+
+
+def _figure(rows: list[dict], curves: dict) -> Figure:
+    """Test loss, training loss and test accuracy curves: mean over seeds with min-max bands (Fig. S.8)."""
+    fig = Figure(figsize=(12.0, 3.6), layout="constrained")
+    axes = fig.subplots(1, 3)
+    for family in FAMILIES:
+        runs = [curves[r["run"]] for r in rows if r["model"] == family and curves[r["run"]]]
+        if not runs:
+            continue
+        for ax, key, scale in zip(axes, ("test_loss", "train_loss", "test_error"), (1, 1, -100)):
+            c = mean_curve(runs, key)
+            shift = 100 if key == "test_error" else 0  # accuracy (%) = 100 − 100 × error
+            ax.plot(c["epoch"], shift + scale * c["mean"], color=COLOURS[family], label=family)
+            ax.fill_between(c["epoch"], shift + scale * c["min"], shift + scale * c["max"], color=COLOURS[family],
+                            alpha=0.25)
+    for ax, label in zip(axes, ("test loss", "training loss", "test accuracy (%)")):
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Fig. S.8: AdamW and AutoAugment, S = C", fontsize=10)
+    return fig

@@ -1,0 +1,109 @@
+"""What several presets measure in their runs, and the plot they share.
+
+* :func:`balance_minimum` - where the lowest mean error over (C, S) pairs falls relative to C = S (Fig. 6,
+  Fig. S.3 right): the pair's |log₂(C/S)| against the smallest one of the sweep.
+* :func:`gap` - the difference of two families' mean errors with its pooled standard deviation, and whether it is
+  within noise (Fig. 2d, Fig. 7, Table 1).
+* :func:`learning_curves`, :func:`mean_curve`, :func:`overfitting` - the per-epoch metrics of runs, read from
+  their ``metrics.jsonl``, averaged over seeds, and how far a test loss rises after its minimum (Figs. S.6-S.8).
+* :func:`error_plot` - mean test error ± std over seeds against a swept quantity, one line per family.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from ..sweep import SweepDir
+
+COLOURS = {"S-Mixer": "tab:red", "RP S-Mixer": "tab:orange", "MLP-Mixer": "tab:red", "RP MLP-Mixer": "tab:orange",
+           "SW-MLP": "tab:blue", "Monarch": "tab:purple", "Kronecker": "tab:green"}
+
+
+def finished(rows: Sequence[dict]) -> list[dict]:
+    return [r for r in rows if r["status"] == "finished"]
+
+
+def balance_minimum(points: Sequence[dict]) -> dict[str, Any] | None:
+    """The (C, S) point of lowest ``mean`` error and how far it is from C = S.
+
+    Returns the point's C, S and mean, ``log_ratio`` = |log₂(C/S)|, the sweep's smallest |log₂(C/S)|
+    (``closest``), and ``at_balance``: the minimum lies on one of the pairs closest to C = S (a mirrored pair
+    (a, b), (b, a) shares its distance). None without points.
+    """
+    points = [p for p in points if p.get("mean") is not None]
+    if not points:
+        return None
+    best = min(points, key=lambda p: p["mean"])
+    distance = {id(p): abs(math.log2(p["C"] / p["S"])) for p in points}
+    closest = min(distance.values())
+    return {"C": best["C"], "S": best["S"], "mean": best["mean"], "log_ratio": distance[id(best)],
+            "closest": closest, "at_balance": math.isclose(distance[id(best)], closest, abs_tol=1e-9)}
+
+
+def gap(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """``a`` minus ``b`` for two {"mean", "std", "n"} summaries: the difference, the pooled standard deviation
+    √(std_a² + std_b²) (None when a side has one seed) and ``within_noise`` (|difference| ≤ 2 × pooled std)."""
+    diff = a["mean"] - b["mean"]
+    pooled = math.hypot(a["std"], b["std"]) if a.get("std") is not None and b.get("std") is not None else None
+    return {"difference": diff, "pooled_std": pooled,
+            "within_noise": None if pooled is None else abs(diff) <= 2 * pooled}
+
+
+def learning_curves(sweep_dir: Path, rows: Sequence[dict]) -> dict[str, list[dict[str, Any]]]:
+    """Run name -> its per-epoch metrics (train_loss, test_loss, test_error, ...) from metrics.jsonl."""
+    sweep = SweepDir(Path(sweep_dir))
+    curves = {}
+    for row in rows:
+        path = sweep.run(row["run"]) / "metrics.jsonl"
+        lines = path.read_text().splitlines() if path.is_file() else []
+        curves[row["run"]] = [json.loads(line) for line in lines if line.strip()]
+    return curves
+
+
+def mean_curve(curves: Sequence[Sequence[dict]], key: str) -> dict[str, np.ndarray]:
+    """Epoch-wise mean, min and max of ``key`` over runs, cut to the shortest run."""
+    length = min(len(c) for c in curves)
+    values = np.array([[epoch[key] for epoch in c[:length]] for c in curves], dtype=np.float64)
+    return {"epoch": np.arange(1, length + 1), "mean": values.mean(0), "min": values.min(0), "max": values.max(0)}
+
+
+def overfitting(curve: Sequence[float]) -> float:
+    """How far a test-loss curve rises above its minimum by the end: last − min (≥ 0)."""
+    return float(curve[-1] - np.min(curve))
+
+
+def error_plot(points: Sequence[dict], x: str, series: str, title: str, xlabel: str, *, log_x: bool = True,
+               vlines: Sequence[tuple[float, str]] = (), order: Sequence[str] | None = None) -> Figure:
+    """Mean test error (%) ± std over seeds against ``x``: one line per value of ``series``, coloured by family.
+
+    ``points`` are :func:`pkmixer.experiments.report.aggregate` rows; ``vlines`` are (x, label) dashed lines
+    (e.g. C = S).
+    """
+    fig = Figure(figsize=(6.0, 4.2))
+    ax = fig.add_subplot()
+    names = list(order) if order else list(dict.fromkeys(p[series] for p in points))
+    for i, name in enumerate(names):
+        group = sorted((p for p in points if p[series] == name and p.get("mean") is not None), key=lambda p: p[x])
+        if not group:
+            continue
+        family = next((f for f in sorted(COLOURS, key=len, reverse=True) if str(name).startswith(f)), None)
+        ax.errorbar([p[x] for p in group], [100 * p["mean"] for p in group],
+                    yerr=[100 * (p["std"] or 0.0) for p in group], marker="os^Dv"[i % 5], capsize=3, linewidth=1.2,
+                    color=COLOURS.get(family), label=str(name))
+    for value, label in vlines:
+        ax.axvline(value, color="grey", linestyle="--", linewidth=1, label=label)
+    if log_x:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("test error (%)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    if points:
+        ax.legend(fontsize=8)
+    return fig

@@ -1,0 +1,134 @@
+"""The training recipes and image geometries that the presets of Hayase & Karakida's figures and tables share.
+
+Paper scale follows App. C (the seed's own words, cited where used):
+
+* :data:`SGD_C4` - App. C.4, "used throughout the whole study on CIFAR-10, CIFAR-100 and STL-10" unless said
+  otherwise: Nesterov SGD, momentum 0.9, mini-batch 128, initial lr 0.02, cosine annealing, 200 epochs, random
+  crop and horizontal flip, 32 px inputs (STL-10 resized), patch 4 (S₀ = 64), three seeds. No weight decay is
+  stated, so none is used.
+* :data:`ADAMW_C1` - App. C.1 (Figs. 2, 4): AdamW (β₁ = "momentum" 0.9), lr 0.01, mini-batch 128, cosine
+  annealing, 600 epochs, AutoAugment. The weight decay is not stated: PyTorch's AdamW default 0.01 is used.
+* :data:`IMAGENET_C5` - App. C.5 (Fig. 6d, Table 1 lower): timm's recipe as listed there.
+
+Small scale is a CPU stand-in for the same question: Fashion-MNIST (28 px, 1 channel, patch 4: S₀ = 49),
+10 000 training and 5 000 test images, a few epochs of AdamW; or the bundled 8×8 digits; or CIFAR at 32 px.
+Smoke scale trains tiny models for one epoch on 256 digits (8 px, patch 2: S₀ = 16).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import ConfigError
+from ..preset import Preset
+from ..sweep import RunSpec
+
+COLOUR32 = {"img_size": 32, "patch_size": 4, "in_chans": 3}  # S0 = 64 (App. C.4)
+GREY28 = {"img_size": 28, "patch_size": 4, "in_chans": 1}  # S0 = 49
+GREY8 = {"img_size": 8, "patch_size": 2, "in_chans": 1}  # S0 = 16
+
+PAPER_CIFAR = ("cifar10", "cifar100", "stl10")
+# the geometry of each data set a preset can run on
+GEOMETRY = {"cifar10": COLOUR32, "cifar100": COLOUR32, "stl10": COLOUR32, "mnist": GREY28,
+            "fashion-mnist": GREY28, "digits": GREY8}
+
+SGD_C4 = {"name": "sgd", "lr": 0.02, "momentum": 0.9, "nesterov": True, "weight_decay": 0.0}
+CROP_FLIP = {"batch_size": 128, "crop_padding": 4, "hflip": True}
+ADAMW_C1 = {"name": "adamw", "lr": 0.01, "betas": [0.9, 0.999], "weight_decay": 0.01}
+IMAGENET_C5 = {
+    "model": {"img_size": 224, "in_chans": 3, "norm_eps": 1e-5},
+    "data": {"batch_size": 4096, "eval_batch_size": 512, "random_resized_crop": [0.08, 1.0], "hflip": True,
+             "rand_augment": "rand-m9-mstd0.5-inc1", "random_erasing": 0.25, "mixup": 0.8, "cutmix": 1.0,
+             "mixup_switch_prob": 0.5, "label_smoothing": 0.1},
+    "optim": {"name": "adamw", "lr": 0.001, "weight_decay": 0.05},
+    "schedule": {"epochs": 300, "warmup_epochs": 5, "warmup_lr": 1e-6, "min_lr": 1e-5},
+}
+
+SMALL_ADAMW = {"name": "adamw", "lr": 0.003, "weight_decay": 0.05}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything of a run's config but the model's own options: data, optimiser, schedule, image geometry."""
+
+    data: dict[str, Any]
+    optim: dict[str, Any]
+    epochs: int
+    warmup_epochs: float = 0.0
+    image: dict[str, Any] = field(default_factory=dict)  # img_size, patch_size, in_chans model options
+
+    def config(self, model: dict[str, Any]) -> dict[str, Any]:
+        """The nested config of one run: ``model`` (name and options) on top of this recipe's image geometry."""
+        return {"model": {**self.image, **model}, "data": copy.deepcopy(self.data), "optim": dict(self.optim),
+                "schedule": {"epochs": self.epochs, "warmup_epochs": self.warmup_epochs},
+                "run": {"progress": False}}
+
+    def replace(self, **changes: Any) -> Recipe:
+        return dataclasses.replace(self, **changes)
+
+
+def paper_cifar(dataset: str, optim: dict[str, Any] = SGD_C4, epochs: int = 200,
+                data: dict[str, Any] | None = None) -> Recipe:
+    """App. C.4's CIFAR-10/100 and STL-10 setting (STL-10's 96 px images resized to 32 px), with ``optim``,
+    ``epochs`` and extra ``data`` settings where an experiment departs from it."""
+    settings = {"name": dataset, **CROP_FLIP, **(data or {})}
+    if dataset == "stl10" and "resize" not in settings:
+        settings["resize"] = 32
+    return Recipe(settings, dict(optim), epochs, image=dict(COLOUR32))
+
+
+def small(dataset: str, epochs: int = 4, optim: dict[str, Any] = SMALL_ADAMW, train_subset: int = 10_000,
+          test_subset: int = 5_000) -> Recipe:
+    """The CPU stand-in: AdamW (a few SGD epochs at the paper's lr leave the models far from trained) with a
+    short warm-up; Fashion-MNIST / MNIST subsets, the whole digits set (three times the epochs, batch 32), or
+    CIFAR subsets with crop and flip."""
+    image = dict(GEOMETRY[dataset])
+    if dataset == "digits":
+        return Recipe({"name": dataset, "batch_size": 32}, {**optim, "lr": 0.005}, 3 * epochs, 0.5, image)
+    data = {"name": dataset, "batch_size": 128, "train_subset": train_subset, "test_subset": test_subset}
+    if image == COLOUR32:
+        data.update(crop_padding=4, hflip=True)
+        if dataset == "stl10":
+            data["resize"] = 32
+    return Recipe(data, dict(optim), epochs, 0.2, image)
+
+
+def smoke(epochs: int = 1) -> Recipe:
+    """Seconds: 256 training and 128 test digits at 8 px, AdamW."""
+    return Recipe({"name": "digits", "batch_size": 64, "train_subset": 256, "test_subset": 128},
+                  {"name": "adamw", "lr": 0.005}, epochs, image=dict(GREY8))
+
+
+def check_dataset(preset: str, scale: str, dataset: str, paper: Sequence[str]) -> None:
+    """Paper scale runs on the paper's data sets ``paper``, smoke scale on digits, small scale on any data set
+    with a geometry (Fashion-MNIST, MNIST, digits, CIFAR-10/100, STL-10); anything else is a ConfigError."""
+    allowed = {"paper": tuple(paper), "smoke": ("digits",), "small": tuple(GEOMETRY)}[scale]
+    if dataset not in allowed:
+        raise ConfigError(f"preset {preset} at scale {scale} runs on {', '.join(allowed)}, not {dataset}")
+
+
+def paper_seeds(preset: Preset, scale: str, count: int) -> Preset:
+    """``preset`` drawing ``count`` seeds at paper scale (where an experiment's seed count is stated), unless
+    ``--seeds`` was given; at other scales the preset's defaults."""
+    return preset if scale != "paper" or preset.seeds_override is not None else preset.with_seeds(count)
+
+
+def seed_structures(specs: list[RunSpec]) -> list[RunSpec]:
+    """Each seed draws its own frozen permutations and masks too (``model.structure_seed`` = the run's seed):
+    in the paper they are sampled at initialisation, like the weights (Sec. 5.2, App. A.2.3, A.2.5)."""
+    for spec in specs:
+        spec.config["model"]["structure_seed"] = spec.meta["seed"]
+    return specs
+
+
+def power_label(value: float) -> str:
+    """``2^18`` for a power of two, else the number."""
+    if float(value).is_integer() and int(value) > 0:
+        n = int(value)
+        exponent = n.bit_length() - 1
+        if n == 1 << exponent:
+            return f"2^{exponent}"
+    return f"{value:g}"

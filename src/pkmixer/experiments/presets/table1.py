@@ -1,0 +1,161 @@
+"""Table 1: wider Mixers at the same connections - Mixer-SS/8 vs Mixer-SS-W (CIFAR) and Mixer-B/16 vs Mixer-B-W
+(ImageNet) (Hayase & Karakida Sec. 5.3, Table 1, App. C.3).
+
+Command::
+
+    pkmixer reproduce table1 --scale paper --dataset cifar10   # also cifar100; imagenet for the lower table
+    pkmixer reproduce table1 --scale small                      # Fashion-MNIST analogue, CPU minutes
+    pkmixer reproduce table1 --scale smoke
+
+The paper's claim: setting S and C closer at (about) the same number of connections makes the layers wider and
+lowers the test error: Mixer-SS-W beats Mixer-SS/8 on CIFAR-10/100, Mixer-B-W beats Mixer-B/16 on ImageNet.
+What a run shows: both models' mean test error ± std over seeds, S, C, γ, the maximal width γSC, Ω per layer
+and the total connections of the mixing layers; the verdict says whether the wider model has the lower mean
+error and whether the gap exceeds two pooled standard deviations.
+
+Scales:
+
+* ``paper`` - CIFAR (App. C.3): ``mixer_ss8_32`` (P = 8, S = 16, C = 986) and ``mixer_ssw4_32`` (P = 4, S = 64,
+  C = 487), 2 blocks, γ = 4, AdamW, batch 1024, 4000 epochs, cosine annealing, AutoAugment (with App. C.4's
+  crop and flip), lr 0.04 - 0.06 for Mixer-SS/8 on CIFAR-100, the rates App. C.3 selected from {0.04, 0.05,
+  0.06} - and 3 seeds; weight decay unstated (AdamW's default 0.01). About 300 V100 hours in the paper.
+  ImageNet (App. C.3, C.5): ``mixer_b16_224`` (Tolstikhin et al.'s B/16: 12 blocks, D_S = 384, D_C = 3072)
+  and ``mixer_bw14_224`` (P = 14, S = 256, C = 588, γ = 4.57, 8 blocks), both with App. C.5's timm recipe and
+  LayerNorm ε = 1e-5, 3 seeds. The paper quotes B/16's 23.56 % from Tolstikhin et al. (their recipe); here
+  both are trained alike. Our connection counts (Ω × mixing layers) are 253 M and 275 M for SS/8 and SS-W,
+  where the paper lists 256 M and 255 M.
+* ``small`` - Fashion-MNIST: P = 7, S = 16, C = 128 against P = 4, S = 49 and C = 57, the C that gives the same
+  Ω (Eq. 14), 2 blocks, γ = 4, 4 epochs of AdamW on 10 000 images, 3 seeds: 6 runs.
+* ``smoke`` - digits: P = 4, S = 4, C = 24 against P = 2, S = 16, C = 7, 1 epoch.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ...models.registry import create_model
+from ...theory.width import mixer_omega, tokens_for_channels
+from ..preset import Analysis, Preset, register_preset
+from ..report import aggregate, format_mean_std
+from ..sweep import RunSpec
+from . import recipes
+from .measures import finished, gap
+
+PAPER_DATASETS = ("cifar10", "cifar100", "imagenet")
+GAMMA = 4.0
+# image side -> (baseline patch, baseline C, wide patch) at small scale
+SMALL_PAIRS = {28: (7, 128, 4), 32: (8, 128, 4), 8: (4, 24, 2)}
+
+
+def _small_pair(image: dict, base_patch: int, base_channels: int, wide_patch: int) -> list[tuple[str, dict]]:
+    """(label, model options) of a narrow-S baseline and the wider model with S = S₀ and the C that gives the
+    baseline's Ω at γ = 4 (Eq. 14 is symmetric in C and S, so C follows from S as S does from C)."""
+    size = image["img_size"]
+    s_base, s_wide = (size // base_patch) ** 2, (size // wide_patch) ** 2
+    omega = mixer_omega(base_channels, s_base, GAMMA)
+    wide_channels = tokens_for_channels(omega, s_wide, GAMMA)
+    common = {"name": "mixer_ss8_32", **image, "depth": 2, "mlp_ratio": GAMMA}
+    return [(f"Mixer-SS/{base_patch}", {**common, "patch_size": base_patch, "embed_dim": base_channels}),
+            (f"Mixer-SS-W/{wide_patch}", {**common, "patch_size": wide_patch, "embed_dim": wide_channels})]
+
+
+def _describe(options: dict) -> dict:
+    """S, C, γ, max width, Ω per mixing layer and total connections of a model, from the model itself."""
+    with torch.device("meta"):
+        model = create_model(options["name"], **{k: v for k, v in options.items() if k != "name"})
+    info = model.info()
+    return {"P": model.patch_size, "S": info.num_tokens, "C": info.embed_dim,
+            "gamma": round(info.gamma_channel, 3), "max_width": info.max_width, "omega": info.connections,
+            "connections": info.connections * info.mixing_layers, "blocks": info.depth}
+
+
+@register_preset
+class Table1(Preset):
+    name = "table1"
+    title = "Wider Mixers at the same connections: Mixer-SS/8 vs SS-W, Mixer-B/16 vs B-W"
+    claim = ("Setting S and C closer at about the same connections widens the layers and lowers the test error: "
+             "Mixer-SS-W beats Mixer-SS/8 on CIFAR-10/100 and Mixer-B-W beats Mixer-B/16 on ImageNet.")
+    source = "Hayase & Karakida Table 1, Sec. 5.3, App. C.3, C.5"
+    datasets = PAPER_DATASETS + ("fashion-mnist", "mnist", "digits", "stl10")
+    default_seeds = {"paper": 3, "small": 3, "smoke": 1}
+
+    def default_dataset(self, scale: str) -> str:
+        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+
+    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
+        dataset = self.check_dataset(scale, dataset)
+        recipes.check_dataset(self.name, scale, dataset, PAPER_DATASETS)
+        if scale == "paper" and dataset == "imagenet":
+            r = recipes.IMAGENET_C5
+            recipe = recipes.Recipe({"name": dataset, **r["data"]}, r["optim"], r["schedule"]["epochs"],
+                                    r["schedule"]["warmup_epochs"], {"norm_eps": 1e-5})
+            models = [("Mixer-B/16", {"name": "mixer_b16_224"}), ("Mixer-B-W", {"name": "mixer_bw14_224"})]
+        elif scale == "paper":
+            optim = {**recipes.ADAMW_C1, "lr": 0.04}
+            recipe = recipes.paper_cifar(dataset, optim, 4000, {"batch_size": 1024, "auto_augment": "cifar10"})
+            recipe = recipe.replace(image={})  # the registered models carry their own patch sizes
+            base_lr = 0.06 if dataset == "cifar100" else 0.04
+            models = [("Mixer-SS/8", {"name": "mixer_ss8_32", "lr": base_lr}),
+                      ("Mixer-SS-W", {"name": "mixer_ssw4_32"})]
+        elif scale == "small":
+            recipe = recipes.small(dataset, epochs=4)
+            models = _small_pair(recipe.image, *SMALL_PAIRS[recipe.image["img_size"]])
+        else:
+            recipe = recipes.smoke()
+            models = _small_pair(recipe.image, *SMALL_PAIRS[8])
+        specs = []
+        for label, options in models:
+            options = dict(options)
+            lr = options.pop("lr", None)
+            config = recipe.config(options)
+            if scale == "paper" and dataset == "imagenet":
+                config["schedule"].update(warmup_lr=recipes.IMAGENET_C5["schedule"]["warmup_lr"],
+                                          min_lr=recipes.IMAGENET_C5["schedule"]["min_lr"])
+            if lr is not None:
+                config["optim"]["lr"] = lr
+            meta = {"dataset": dataset, "model": label, **_describe(config["model"])}
+            tag = label.lower().replace("/", "").replace("-", "")
+            specs += self.seeded(tag, config, meta, scale)
+        return specs
+
+    def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
+        columns = ["model", "P", "S", "C", "gamma", "blocks", "max_width", "omega", "connections"]
+        points = aggregate(finished(rows), columns)
+        table = [{**{k: p[k] for k in columns}, "test_error_mean": p["mean"], "test_error_std": p["std"],
+                  "seeds": p["n"]} for p in points]
+        numbers = {f"{p['model']} (S = {p['S']}, C = {p['C']}, max width {p['max_width']})":
+                   format_mean_std(p, percent=True) for p in points}
+        supported, verdict = None, "Both models must finish to compare them."
+        if len(points) == 2:
+            base, wide = sorted(points, key=lambda p: p["max_width"])
+            g = gap(wide, base)
+            numbers["wider − narrower (points)"] = round(100 * g["difference"], 3)
+            better = g["difference"] < 0
+            noise = {None: "one seed: no std", True: "within two pooled std", False: "beyond two pooled std"}
+            verdict = (f"{wide['model']} (max width {wide['max_width']}) has "
+                       f"{'lower' if better else 'higher'} mean test error than {base['model']} (max width "
+                       f"{base['max_width']}): {100 * wide['mean']:.2f} % against {100 * base['mean']:.2f} % "
+                       f"({noise[g['within_noise']]}).")
+            supported = None if scale == "smoke" else better
+        if scale == "smoke":
+            verdict += " (Smoke scale: too short to decide.)"
+        figure = _bars(points, ", ".join(sorted({str(r.get("dataset")) for r in rows})))
+        return Analysis(figures={"table1": figure}, tables={"table1": table}, numbers=numbers, verdict=verdict,
+                        supported=supported)
+
+
+def _bars(points: list[dict], data: str):
+    """Mean test error ± std over seeds of each model, narrower first."""
+    from matplotlib.figure import Figure
+
+    points = sorted(points, key=lambda p: p["max_width"])
+    fig = Figure(figsize=(4.8, 3.6))
+    ax = fig.add_subplot()
+    ax.bar(range(len(points)), [100 * p["mean"] for p in points], yerr=[100 * (p["std"] or 0) for p in points],
+           color=["tab:grey", "tab:red"][:len(points)], capsize=4)
+    ax.set_xticks(range(len(points)), [f"{p['model']}\nS={p['S']}, C={p['C']}\nwidth {p['max_width']}" for p in points],
+                  fontsize=8)
+    ax.set_ylabel("test error (%)")
+    ax.set_title(f"Table 1: narrower against wider Mixer ({data})", fontsize=10)
+    return fig

@@ -1,0 +1,199 @@
+"""Reports of reproduced experiments, and the statistics over seeds that every preset shares.
+
+:func:`write_report` saves a preset's :class:`~pkmixer.experiments.preset.Analysis` in ``<sweep_dir>/report/``:
+
+    report.md        title, the paper's claim and its source, scale, data set, command, the runs, the numbers
+                     (mean ± std over seeds), the verdict, and links to the figures and tables
+    <stem>.png/.svg  each figure
+    <stem>.csv       each table
+    analysis.json    numbers, verdict, supported, and a fingerprint of the rows the report was made from
+
+A report is never replaced silently: when one exists and was made from the same rows it is left as it is
+(rerunning a finished ``pkmixer reproduce`` changes nothing); made from other rows, it is replaced only with
+``overwrite=True`` (``--overwrite``), and then as a whole (written beside it, then renamed into place).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..figures import save_figure
+from .preset import Analysis, Preset
+from .sweep import atomic_write, rows_to_csv
+
+REPORT_DIR = "report"
+
+
+# ---- statistics over seeds ------------------------------------------------------------------------------
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def mean_std(values: Iterable[float]) -> dict[str, Any]:
+    """{"mean", "std", "n"} of the finite values; std is the sample standard deviation (None below 2 values)."""
+    data = [float(v) for v in values if _finite(v)]
+    n = len(data)
+    return {"mean": float(np.mean(data)) if n else None, "std": float(np.std(data, ddof=1)) if n > 1 else None,
+            "n": n}
+
+
+def aggregate(rows: Sequence[dict], by: Sequence[str], value: str = "final_test_error") -> list[dict]:
+    """One row per distinct combination of the ``by`` columns (in order of first appearance): those columns
+    and the mean, std and n of ``value`` over its rows (the seeds); rows without a finite value are left out."""
+    groups: dict[tuple, list[float]] = {}
+    for row in rows:
+        if _finite(row.get(value)):
+            groups.setdefault(tuple(row.get(k) for k in by), []).append(row[value])
+    return [{**dict(zip(by, key)), **mean_std(values)} for key, values in groups.items()]
+
+
+def format_mean_std(stats: dict[str, Any], percent: bool = False, digits: int = 2) -> str:
+    """``12.34 ± 0.56 % (n=3)``; without a std (one seed): ``12.34 % (n=1)``."""
+    if stats.get("mean") is None:
+        return "-"
+    scale, unit = (100.0, " %") if percent else (1.0, "")
+    text = f"{stats['mean'] * scale:.{digits}f}"
+    if stats.get("std") is not None:
+        text += f" ± {stats['std'] * scale:.{digits}f}"
+    return f"{text}{unit} (n={stats['n']})"
+
+
+def rank_correlation(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Spearman's ρ of the pairs; None with fewer than 3 distinct x or a constant y (nothing to rank)."""
+    from scipy.stats import spearmanr
+
+    pairs = [(a, b) for a, b in zip(x, y) if _finite(a) and _finite(b)]
+    if len({a for a, _ in pairs}) < 3 or len({b for _, b in pairs}) < 2:
+        return None
+    rho = spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic
+    return float(rho) if math.isfinite(rho) else None
+
+
+# ---- the report -----------------------------------------------------------------------------------------
+
+
+def fingerprint(rows: Sequence[dict], **context: Any) -> str:
+    """A hash of the rows and their context (preset, scale, data set): equal inputs, equal report."""
+    text = json.dumps({"rows": list(rows), **context}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict) and "mean" in value and "n" in value:
+        return format_mean_std(value)
+    return str(value).replace("|", "\\|")
+
+
+def markdown_table(rows: Sequence[dict], limit: int = 60) -> str:
+    if not rows:
+        return "(no rows)\n"
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in rows[:limit]]
+    if len(rows) > limit:
+        lines.append(f"\n({len(rows) - limit} more rows in the CSV)")
+    return "\n".join(lines) + "\n"
+
+
+def _markdown(analysis: Analysis, preset: Preset, scale: str, dataset: str | None, command: str,
+              rows: Sequence[dict]) -> str:
+    finished = sum(r["status"] == "finished" for r in rows)
+    hours = sum(r.get("wall_time") or 0.0 for r in rows) / 3600
+    supported = {True: "yes", False: "no", None: "undecided"}[analysis.supported]
+    parts = [f"# {preset.name}: {preset.title}\n",
+             f"- **Paper's claim** ({preset.source}): {preset.claim}",
+             f"- **Scale**: {scale}" + (f"; **data set**: {dataset}" if dataset else ""),
+             f"- **Command**: `{command}`"]
+    if rows:
+        parts.append(f"- **Runs**: {finished} of {len(rows)} finished, {hours:.2f} h of training in all "
+                     "(all runs: [results.csv](../results.csv))")
+        if finished < len(rows):
+            parts.append(f"- **Incomplete**: {len(rows) - finished} runs did not finish; the numbers below use the "
+                         "finished ones. Run the same command again to complete them.")
+    parts += ["", "## Verdict", "", analysis.verdict, "", f"Supports the paper's claim: **{supported}**.", ""]
+    if analysis.numbers:
+        parts += ["## Numbers", "", "| quantity | value |", "|---|---|"]
+        parts += [f"| {_cell(k)} | {_cell(v)} |" for k, v in analysis.numbers.items()] + [""]
+    if analysis.figures:
+        parts += ["## Figures", ""]
+        parts += [f"![{stem}]({stem}.png)\n\n[{stem}.png]({stem}.png) · [{stem}.svg]({stem}.svg)\n"
+                  for stem in analysis.figures]
+    if analysis.tables:
+        parts += ["## Tables", ""]
+        for stem, table in analysis.tables.items():
+            parts += [f"### {stem} ([{stem}.csv]({stem}.csv))", "", markdown_table(table)]
+    return "\n".join(parts)
+
+
+def report_paths(sweep_dir: Path, analysis: Analysis | None = None) -> dict[str, Any]:
+    folder = Path(sweep_dir) / REPORT_DIR
+    saved = json.loads((folder / "analysis.json").read_text()) if analysis is None else None
+    figures = list(analysis.figures) if analysis is not None else saved["figures"]
+    tables = list(analysis.tables) if analysis is not None else saved["tables"]
+    return {"report": str(folder / "report.md"),
+            "figures": [str(folder / f"{stem}{suffix}") for stem in figures for suffix in (".png", ".svg")],
+            "tables": [str(folder / f"{stem}.csv") for stem in tables]}
+
+
+def write_report(analysis: Analysis, sweep_dir: Path, *, preset: Preset, scale: str, dataset: str | None,
+                 command: str, rows: Sequence[dict], overwrite: bool = False) -> dict[str, Any]:
+    """Save ``analysis`` in ``<sweep_dir>/report/``; returns the paths, verdict and whether it was up to date."""
+    sweep_dir = Path(sweep_dir)
+    folder = sweep_dir / REPORT_DIR
+    stamp = fingerprint(rows, preset=preset.name, scale=scale, dataset=dataset)
+    summary = {"verdict": analysis.verdict, "supported": analysis.supported, "numbers": analysis.numbers}
+    if folder.exists():
+        previous = _read_analysis(folder)
+        if previous is not None and previous.get("fingerprint") == stamp and not overwrite:
+            return {**report_paths(sweep_dir), **summary, "up_to_date": True}
+        if not overwrite:
+            raise ConfigError(f"{folder} exists (made from other results); pass --overwrite to replace it")
+    for stem in [*analysis.figures, *analysis.tables]:
+        if not stem or "/" in stem or stem.startswith(".") or stem in ("report", "analysis"):
+            raise ConfigError(f"preset {preset.name}: output name {stem!r} is not a plain file stem")
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=sweep_dir, prefix=".report-"))
+    try:
+        for stem, fig in analysis.figures.items():
+            save_figure(fig, staging / f"{stem}.png")
+            save_figure(fig, staging / f"{stem}.svg")
+        for stem, table in analysis.tables.items():
+            atomic_write(staging / f"{stem}.csv", rows_to_csv(table))
+        atomic_write(staging / "report.md", _markdown(analysis, preset, scale, dataset, command, rows))
+        record = {"preset": preset.name, "scale": scale, "dataset": dataset, "command": command,
+                  "fingerprint": stamp, "figures": list(analysis.figures), "tables": list(analysis.tables), **summary}
+        atomic_write(staging / "analysis.json", json.dumps(record, indent=1, default=str))
+        if folder.exists():
+            old = sweep_dir / f".report-old-{os.getpid()}"
+            os.replace(folder, old)
+            os.replace(staging, folder)
+            shutil.rmtree(old)
+        else:
+            os.replace(staging, folder)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return {**report_paths(sweep_dir, analysis), **summary, "up_to_date": False}
+
+
+def _read_analysis(folder: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((folder / "analysis.json").read_text())
+    except (OSError, ValueError):
+        return None

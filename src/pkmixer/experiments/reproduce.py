@@ -1,0 +1,112 @@
+"""``pkmixer reproduce`` and ``pkmixer report`` as library calls: a preset's sweep, then its report.
+
+:func:`reproduce` picks the data set (the scale's default; Fashion-MNIST falls back to scikit-learn's bundled
+digits when it is not on this machine, and says so), builds the preset's runs, runs or resumes the sweep in
+``results/<name>-<scale>-<dataset>`` (or ``out``) and renders the report; :func:`rerender` renders the report of
+an existing sweep directory again, from its finished runs, without training.
+"""
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from .preset import Preset, get_preset, seeds_in
+from .report import write_report
+from .sweep import BACKENDS, RunSpec, read_sweep, run_sweep, unfinished
+
+ALWAYS_THERE = ("digits", "synthetic")  # generated or bundled: nothing to look for
+
+
+def default_out(name: str, scale: str, dataset: str | None) -> Path:
+    return Path("results") / "-".join(str(p) for p in (name, scale, dataset) if p)
+
+
+def _available(dataset: str, data_dir: str | None) -> None:
+    """ConfigError (saying where it looked) unless ``dataset`` is on this machine."""
+    from ..data import build_dataset
+
+    if dataset not in ALWAYS_THERE:
+        build_dataset(dataset, "test", data_dir=data_dir)
+
+
+def preset_runs(preset: Preset, scale: str, dataset: str | None, data_dir: str | None, check: bool,
+                log: Callable[[str], None]) -> tuple[str | None, list[RunSpec]]:
+    """The data set (``dataset`` or the scale's default) and the runs; with ``check``, the data set must be on
+    this machine - except that a default Fashion-MNIST that is absent becomes the bundled digits, said in a line."""
+    chosen = preset.check_dataset(scale, dataset)
+    specs = preset.runs(scale, chosen)  # refuses a data set the scale does not take before looking for it
+    if chosen is None or not check or not specs:
+        return chosen, specs
+    try:
+        _available(chosen, data_dir)
+    except ConfigError as err:
+        if dataset is None and chosen == "fashion-mnist" and "digits" in preset.datasets:
+            log(f"data: Fashion-MNIST is not on this machine ({err}); using scikit-learn's bundled digits instead")
+            return "digits", preset.runs(scale, "digits")
+        raise
+    return chosen, specs
+
+
+def command_line(name: str, scale: str, dataset: str | None, seeds: int | None) -> str:
+    parts = ["pkmixer", "reproduce", name, "--scale", scale]
+    parts += ["--dataset", dataset] if dataset else []
+    parts += ["--seeds", str(seeds)] if seeds is not None else []
+    return shlex.join(parts)
+
+
+def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, data_dir: str | None = None,
+              backend: str = "local", address: str | None = None, workers: int | None = None,
+              threads: int | None = None, out: str | Path | None = None, seeds: int | None = None,
+              overwrite: bool = False, progress: bool = True, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or resume) preset ``name``'s sweep and render its report; returns the report's paths, the verdict,
+    the numbers and the run counts. Runs that failed leave the report unrendered ("failed" lists them)."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    preset = get_preset(name).with_seeds(seeds)
+    preset.check_scale(scale)
+    dataset, specs = preset_runs(preset, scale, dataset, data_dir, check=backend == "local", log=log)
+    if seeds is not None and specs and len(seeds_in(specs)) != seeds:
+        raise ConfigError(f"preset {name} does not vary its seeds; drop --seeds")
+    if data_dir is not None:  # new configs: a preset's dicts may be shared between its runs or module-level
+        specs = [RunSpec(s.name, {**s.config, "data": {**s.config.get("data", {}), "data_dir": str(data_dir)}},
+                         s.meta) for s in specs]
+    sweep_dir = Path(out) if out is not None else default_out(name, scale, dataset)
+    info = {"preset": name, "scale": scale, "dataset": dataset, "seeds": seeds,
+            "command": command_line(name, scale, dataset, seeds)}
+    if (sweep_dir / "sweep.json").is_file():
+        theirs = read_sweep(sweep_dir)["info"]
+        mine = {k: info[k] for k in ("preset", "scale", "dataset")}
+        if {k: theirs.get(k) for k in mine} != mine:
+            raise ConfigError(f"{sweep_dir} holds the sweep of `{theirs.get('command', 'another command')}`; "
+                              "choose another --out")
+    rows = run_sweep(specs, sweep_dir, backend=backend, workers=workers, address=address, progress=progress,
+                     log=log, threads=threads, info=info)
+    left = unfinished(rows)
+    result: dict[str, Any] = {"preset": name, "scale": scale, "dataset": dataset, "out": str(sweep_dir),
+                              "runs": len(rows), "finished": sum(r["status"] == "finished" for r in rows)}
+    if left:
+        return {**result, "failed": [{"run": r["run"], "status": r["status"], "error": r["error"]} for r in left]}
+    analysis = preset.analyze(rows, sweep_dir, scale)
+    report = write_report(analysis, sweep_dir, preset=preset, scale=scale, dataset=dataset, command=info["command"],
+                          rows=rows, overwrite=overwrite)
+    return {**result, **report}
+
+
+def rerender(sweep_dir: str | Path, overwrite: bool = False) -> dict[str, Any]:
+    """Render the report of an existing sweep directory again from its runs, without training."""
+    from .sweep import load_rows
+
+    sweep_dir = Path(sweep_dir)
+    info = read_sweep(sweep_dir)["info"]
+    if not info.get("preset"):
+        raise ConfigError(f"{sweep_dir} was not made by `pkmixer reproduce` (sweep.json names no preset)")
+    preset = get_preset(info["preset"]).with_seeds(info.get("seeds"))
+    rows = load_rows(sweep_dir)
+    analysis = preset.analyze(rows, sweep_dir, info["scale"])
+    report = write_report(analysis, sweep_dir, preset=preset, scale=info["scale"], dataset=info.get("dataset"),
+                          command=info.get("command", ""), rows=rows, overwrite=overwrite)
+    return {"preset": preset.name, "scale": info["scale"], "dataset": info.get("dataset"), "out": str(sweep_dir),
+            "runs": len(rows), "finished": sum(r["status"] == "finished" for r in rows), **report}

@@ -1,0 +1,578 @@
+"""Sweeps: many training runs, one run directory each, one results table; resumable, local or on Ray.
+
+A sweep directory holds::
+
+    sweep.json       the runs (name, config, meta) and who asked for them (preset, scale, data set, command)
+    runs/<name>/     each run's directory, as ``pkmixer train`` writes it (config, metrics, checkpoints, summary)
+    logs/<name>.log  each run's log lines
+    results.jsonl    one row per run: meta + run, status, final/best test error, final test loss, epochs, wall time
+    results.csv      the same table as CSV
+
+Resume: run the same sweep again and a finished (or diverged) run is skipped, a run with
+``checkpoints/latest.pt`` resumes from it (``train(..., resume=True)``: exact on CPU), and a run directory
+without a checkpoint - created, then killed before its first epoch ended - is removed and started afresh (only
+when it holds nothing but files a run writes). The table is rebuilt from the run directories after every
+finished run and written atomically (temporary file, then rename), so it always has exactly one row per run,
+whatever was killed when. A run whose directory was made with another config is refused, not mixed in.
+One process at a time may drive a sweep directory (a lock file, ``.lock``).
+
+Backends (``backend=``):
+
+* ``local`` (default): a pool of worker processes (spawn context), each run in one worker. Without GPUs the
+  default is one torch thread per run and one worker per core: on 2 cores, 2 runs × 1 thread beats 1 run × 2
+  threads for the small models of the small and smoke scales (little work per operation to share out). With
+  CUDA GPUs, one worker per GPU (CUDA_VISIBLE_DEVICES=i) and the cores split among them. With one worker the
+  run trains in this process. Workers die with this process (Linux: PR_SET_PDEATHSIG).
+* ``ray``: each run is a Ray task (``num_cpus`` = threads per run, ``num_gpus`` = 1 when the cluster has
+  GPUs); ``address=None`` starts a local Ray instance, else ``ray.init(address=...)`` joins a cluster. Every
+  node must see the sweep directory at the same absolute path (a shared filesystem: NFS, Lustre, ...) and have
+  pkmixer installed; skip and resume work as above. Needs ``pip install 'pkmixer[ray]'``.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, unknown_name
+
+BACKENDS = ("local", "ray")
+ROW_KEYS = ("run", "status", "final_test_error", "best_test_error", "final_test_loss", "epochs", "wall_time",
+            "params", "error")
+DONE = ("finished", "diverged")  # a run in one of these states is never run again
+# config keys that do not change a run's result: a rerun may differ in them (e.g. another --data-dir)
+NEUTRAL_KEYS = {("data", "data_dir"), ("data", "download"), ("data", "workers"), ("run", "progress"),
+                ("run", "device"), ("run", "tensorboard")}
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+-]*")
+_RUN_FILES = {"config.yaml", "metrics.jsonl", "summary.json", "error.txt", "checkpoints", "tensorboard"}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a sweep: its directory is ``<sweep_dir>/runs/<name>``."""
+
+    name: str  # unique within the sweep; letters, digits and . _ = + -
+    config: dict[str, Any]  # nested preset for pkmixer.train.config.build_config (model/data/optim/schedule/run)
+    meta: dict[str, Any] = field(default_factory=dict)  # the results table's columns, e.g. {"model": ..., "seed": 0}
+
+
+@dataclass(frozen=True)
+class SweepDir:
+    root: Path
+
+    spec_file = property(lambda self: self.root / "sweep.json")
+    results_jsonl = property(lambda self: self.root / "results.jsonl")
+    results_csv = property(lambda self: self.root / "results.csv")
+    lock = property(lambda self: self.root / ".lock")
+
+    def run(self, name: str) -> Path:
+        return self.root / "runs" / name
+
+    def log(self, name: str) -> Path:
+        return self.root / "logs" / f"{name}.log"
+
+
+# ---- writing files atomically ---------------------------------------------------------------------------
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename: readers (and a
+    kill at any moment) see the old file or the new one, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def rows_to_csv(rows: Sequence[dict]) -> str:
+    """Rows as CSV, columns in order of first appearance; None as an empty cell."""
+    columns: dict[str, None] = {}
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    return out.getvalue()
+
+
+def write_results(sweep_dir: Path, rows: Sequence[dict]) -> None:
+    sweep = SweepDir(Path(sweep_dir))
+    atomic_write(sweep.results_jsonl, "".join(json.dumps(row) + "\n" for row in rows))
+    atomic_write(sweep.results_csv, rows_to_csv(rows))
+
+
+# ---- specs ----------------------------------------------------------------------------------------------
+
+
+def _normalized(config: dict[str, Any]) -> dict[str, Any]:
+    """The resolved config as a plain dict, without the keys that do not change a result."""
+    from ..train.config import build_config
+
+    resolved = build_config(config).as_dict()
+    for section, key in NEUTRAL_KEYS:
+        resolved[section].pop(key, None)
+    return resolved
+
+
+def _difference(a: dict, b: dict, prefix: str = "") -> str:
+    for key in sorted(set(a) | set(b)):
+        if a.get(key) != b.get(key):
+            if isinstance(a.get(key), dict) and isinstance(b.get(key), dict):
+                return _difference(a[key], b[key], f"{prefix}{key}.")
+            return f"{prefix}{key}: {a.get(key)!r} here, {b.get(key)!r} there"
+    return ""
+
+
+def check_specs(specs: Sequence[RunSpec]) -> dict[str, dict[str, Any]]:
+    """Refuse duplicate or unusable names, bad configs, unknown model options and meta that is not a flat
+    JSON mapping; returns each run's normalised config."""
+    import torch
+
+    from ..models.registry import create_model
+    from ..train.config import build_config
+
+    seen: dict[str, dict[str, Any]] = {}
+    built: set[str] = set()  # models already checked (the seeds of a point share one)
+    for spec in specs:
+        if not isinstance(spec, RunSpec):
+            raise ConfigError(f"a sweep is a list of RunSpec, got {type(spec).__name__}")
+        if not isinstance(spec.name, str) or not _NAME.fullmatch(spec.name) or len(spec.name) > 200:
+            raise ConfigError(f"run name {spec.name!r} must be letters, digits and . _ = + - (a directory name)")
+        if spec.name in seen:
+            raise ConfigError(f"run name {spec.name!r} appears twice in the sweep")
+        clash = set(spec.meta) & set(ROW_KEYS)
+        if clash:
+            raise ConfigError(f"run {spec.name}: meta keys {sorted(clash)} are reserved for the results table")
+        try:
+            json.dumps(spec.meta)
+        except TypeError as err:
+            raise ConfigError(f"run {spec.name}: meta must be JSON values ({err})") from None
+        try:
+            cfg = build_config(spec.config)
+            if cfg.data.name == "auto":
+                raise ConfigError("data.name=auto is resolved before a sweep; name the data set")
+            key = json.dumps([cfg.model.name, cfg.model.options], sort_keys=True, default=str)
+            if key not in built:
+                with torch.device("meta"):  # no memory; checks the options
+                    create_model(cfg.model.name, **cfg.model.options)
+                built.add(key)
+        except ConfigError as err:
+            raise ConfigError(f"run {spec.name}: {err}") from None
+        seen[spec.name] = _normalized(spec.config)
+    return seen
+
+
+def _spec_dict(spec: RunSpec) -> dict[str, Any]:
+    return {"name": spec.name, "config": spec.config, "meta": spec.meta}
+
+
+def read_sweep(sweep_dir: Path) -> dict[str, Any]:
+    """The contents of ``sweep.json``: {"info": {...}, "specs": [RunSpec, ...]}."""
+    path = SweepDir(Path(sweep_dir)).spec_file
+    if not path.is_file():
+        raise ConfigError(f"{sweep_dir} is not a sweep directory (no sweep.json)")
+    try:
+        data = json.loads(path.read_text())
+        specs = [RunSpec(s["name"], s["config"], s["meta"]) for s in data["specs"]]
+    except (ValueError, KeyError, TypeError) as err:
+        raise ConfigError(f"{path} is not a sweep file ({err})") from None
+    return {"info": data.get("info", {}), "specs": specs}
+
+
+# ---- the state of a run ---------------------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def run_status(run_dir: Path) -> str:
+    """finished / diverged (done), partial (a checkpoint to resume from), failed, or pending."""
+    summary = _read_json(run_dir / "summary.json") or {}
+    if summary.get("status") in DONE:
+        return summary["status"]
+    if (run_dir / "error.txt").is_file():
+        return "failed"
+    if (run_dir / "checkpoints" / "latest.pt").is_file():
+        return "partial"
+    return "pending"
+
+
+def _metrics(run_dir: Path) -> list[dict[str, Any]]:
+    rows = []
+    path = run_dir / "metrics.jsonl"
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:  # a line cut by a kill; the resumed run rewrites it
+                break
+    return rows
+
+
+def run_row(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
+    """The results-table row of one run, read from its directory: ``spec.meta`` + the ROW_KEYS.
+
+    ``wall_time`` sums the epoch times of metrics.jsonl, so it counts every resumed piece of the run.
+    """
+    status = run_status(run_dir)
+    metrics = [m for m in _metrics(run_dir) if "test_error" in m]
+    summary = _read_json(run_dir / "summary.json") or {}
+    errors = [m["test_error"] for m in metrics]
+    error = None
+    if status == "failed":
+        error = ((run_dir / "error.txt").read_text().strip().splitlines() or ["unknown error"])[0]
+    return {**spec.meta, "run": spec.name, "status": status,
+            "final_test_error": errors[-1] if errors else None,
+            "best_test_error": min(errors) if errors else None,
+            "final_test_loss": metrics[-1]["test_loss"] if metrics else None,
+            "epochs": len(metrics), "wall_time": sum(m.get("epoch_time", 0.0) for m in metrics),
+            "params": summary.get("params"), "error": error}
+
+
+def load_rows(sweep_dir: Path) -> list[dict]:
+    """The results table of a sweep, one row per run of sweep.json, rebuilt from the run directories; a run
+    whose directory is gone keeps its row from results.jsonl (e.g. when only the results were copied)."""
+    sweep = SweepDir(Path(sweep_dir))
+    specs = read_sweep(sweep.root)["specs"]
+    saved = {}
+    if sweep.results_jsonl.is_file():
+        for line in sweep.results_jsonl.read_text().splitlines():
+            row = json.loads(line)
+            saved[row["run"]] = row
+    return [run_row(s, sweep.run(s.name)) if sweep.run(s.name).exists() or s.name not in saved else saved[s.name]
+            for s in specs]
+
+
+def _clear_unstarted(run_dir: Path) -> None:
+    """Remove a run directory that never reached its first checkpoint, if it holds only what a run writes."""
+    if run_dir.is_symlink() or not run_dir.is_dir():
+        raise ConfigError(f"{run_dir} is not a run directory of this sweep; move it away")
+    foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in _RUN_FILES)
+    if foreign:
+        raise ConfigError(f"{run_dir} holds files a run does not write ({', '.join(foreign[:3])}); move them away")
+    shutil.rmtree(run_dir)
+
+
+# ---- one run (in a worker process, a Ray task or this process) ------------------------------------------
+
+
+def execute_run(name: str, config: dict[str, Any], run_dir: str, log_path: str, threads: int | None) -> dict:
+    """Train, resume or skip one run; never raises for a failed run: returns {"name", "status", "error"}."""
+    import torch
+
+    from ..train.config import build_config
+    from ..train.loop import TrainingDiverged, train
+
+    run = Path(run_dir)
+    if threads:
+        torch.set_num_threads(threads)
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a") as logfile:
+        def log(message: str) -> None:
+            logfile.write(message + "\n")
+            logfile.flush()
+
+        status = run_status(run)
+        if status in DONE:
+            return {"name": name, "status": status, "error": None}
+        (run / "error.txt").unlink(missing_ok=True)
+        try:
+            if (run / "checkpoints" / "latest.pt").is_file():
+                log(f"--- resuming {name} from its latest checkpoint")
+                train(None, run, resume=True, log=log)
+            else:
+                if run.exists():
+                    log(f"--- {name} has no checkpoint yet: starting afresh")
+                    _clear_unstarted(run)
+                log(f"--- starting {name}")
+                train(build_config(config), run, log=log)
+        except TrainingDiverged as err:
+            log(f"diverged: {err}")
+            return {"name": name, "status": "diverged", "error": str(err)}
+        except Exception as err:  # recorded for the table; the sweep goes on with the other runs
+            message = f"{type(err).__name__}: {err}".splitlines()[0]
+            log(traceback.format_exc())
+            run.mkdir(parents=True, exist_ok=True)
+            (run / "error.txt").write_text(message + "\n")
+            return {"name": name, "status": "failed", "error": message}
+    return {"name": name, "status": run_status(run), "error": None}
+
+
+def _init_worker(threads: int, gpu_ids: Any) -> None:
+    """Pool worker set-up: die with the parent (Linux), one GPU each, ``threads`` torch threads."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+    if gpu_ids is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu_ids.get())
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+# ---- backends -------------------------------------------------------------------------------------------
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _plan(todo: int, workers: int | None, threads: int | None, gpus: int) -> tuple[int, int]:
+    """(workers, threads per run) for the local backend; see the module docstring."""
+    cores = available_cores()
+    if workers is None:
+        workers = gpus if gpus else max(1, cores // (threads or 1))
+    if gpus and workers > gpus:
+        raise ConfigError(f"--workers {workers} exceeds the {gpus} GPUs (one run per GPU)")
+    workers = max(1, min(workers, todo))
+    return workers, threads or max(1, cores // workers)
+
+
+class _Progress:
+    """A line per finished run: k/n, the run's result, elapsed time and an estimate of the rest."""
+
+    def __init__(self, total: int, done: int, enabled: bool, log: Callable[[str], None]) -> None:
+        self.total, self.done, self.enabled, self.log = total, done, enabled, log
+        self.started, self.finished_here = time.time(), 0
+
+    def update(self, row: dict[str, Any]) -> None:
+        self.done += 1
+        self.finished_here += 1
+        if not self.enabled:
+            return
+        elapsed = time.time() - self.started
+        left = self.total - self.done
+        eta = f", about {_duration(elapsed / self.finished_here * left)} left" if left else ""
+        error = row["final_test_error"]
+        result = f"test error {error:.2%}" if row["status"] == "finished" and error is not None else \
+            (row["error"] or row["status"])
+        self.log(f"[{self.done}/{self.total}] {row['run']}: {row['status']}, {result} "
+                 f"({_duration(row['wall_time'])}); {_duration(elapsed)} elapsed{eta}")
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 100:
+        return f"{seconds:.0f} s"
+    if seconds < 6000:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _run_local(jobs: list[tuple], workers: int, threads: int, gpus: int, on_done: Callable[[dict], None]) -> None:
+    if workers == 1 and not gpus:
+        import torch
+
+        before = torch.get_num_threads()
+        try:
+            for job in jobs:
+                on_done(execute_run(*job, threads))
+        finally:
+            torch.set_num_threads(before)
+        return
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    ctx = mp.get_context("spawn")
+    gpu_ids = None
+    if gpus:
+        gpu_ids = ctx.Queue()
+        for i in range(workers):
+            gpu_ids.put(i)
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(threads, gpu_ids)) as pool:
+        futures = {pool.submit(execute_run, *job, threads): job[0] for job in jobs}
+        try:
+            for future in as_completed(futures):
+                try:
+                    on_done(future.result())
+                except BrokenProcessPool as err:
+                    on_done({"name": futures[future], "status": "failed", "error": f"worker process died ({err})"})
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def _run_ray(jobs: list[tuple], workers: int | None, threads: int | None, address: str | None,
+             on_done: Callable[[dict], None], log: Callable[[str], None]) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("the Ray backend needs Ray: pip install 'pkmixer[ray]'") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        try:
+            if address is None:
+                ray.init(num_cpus=available_cores(), include_dashboard=False, log_to_driver=False)
+            else:
+                ray.init(address=address, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as err:
+            raise ConfigError(f"cannot start or reach Ray at {address or 'a local instance'}: "
+                              f"{str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
+    try:
+        resources = ray.cluster_resources()
+        gpus = 1 if resources.get("GPU", 0) >= 1 else 0
+        per_run = threads or 1
+        limit = workers or max(1, int(resources.get("CPU", 1) // per_run))
+        log(f"Ray: {resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs; {per_run} CPU(s)"
+            f"{' and 1 GPU' if gpus else ''} per run, up to {limit} runs at a time")
+        task = ray.remote(num_cpus=per_run, num_gpus=gpus, max_retries=0)(execute_run)
+        pending = list(jobs)
+        running: dict[Any, str] = {}
+        while pending or running:
+            while pending and len(running) < limit:
+                job = pending.pop(0)
+                running[task.remote(*job, per_run)] = job[0]
+            ready, _ = ray.wait(list(running), num_returns=1)
+            name = running.pop(ready[0])
+            try:
+                on_done(ray.get(ready[0]))
+            except ray.exceptions.RayError as err:
+                on_done({"name": name, "status": "failed", "error": f"Ray task failed ({str(err).splitlines()[0]})"})
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+# ---- the sweep ------------------------------------------------------------------------------------------
+
+
+class _Lock:
+    """One process drives a sweep directory at a time (an advisory lock, released when the process dies)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.file = None
+
+    def __enter__(self) -> _Lock:
+        import fcntl
+
+        self.file = open(self.path, "w")
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.file.close()
+            raise ConfigError(f"another pkmixer process is running the sweep in {self.path.parent}") from None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.file.close()
+
+
+def _check_existing(sweep: SweepDir, specs: Sequence[RunSpec], normalized: dict[str, dict]) -> None:
+    """Refuse a run whose directory holds results made with another config (a run without a checkpoint
+    starts afresh, so its config does not matter)."""
+    from ..train.config import load_yaml
+
+    for spec in specs:
+        run = sweep.run(spec.name)
+        started = (run / "summary.json").is_file() or (run / "checkpoints" / "latest.pt").is_file()
+        if not (started and (run / "config.yaml").is_file()):
+            continue
+        theirs = _normalized(load_yaml(run / "config.yaml"))
+        if theirs != normalized[spec.name]:
+            raise ConfigError(f"run {spec.name} in {sweep.root} was made with another config "
+                              f"({_difference(normalized[spec.name], theirs)} in {run / 'config.yaml'}); "
+                              f"choose another output directory or remove {run}")
+
+
+def run_sweep(specs: Sequence[RunSpec], sweep_dir: Path, *, backend: str = "local", workers: int | None = None,
+              address: str | None = None, progress: bool = True, log: Callable[[str], None] = print,
+              threads: int | None = None, info: dict[str, Any] | None = None) -> list[dict]:
+    """Run (or resume) every spec in ``sweep_dir``; returns the results table, one row per spec, in order.
+
+    ``threads``: torch threads per run (default: the cores divided among the workers; 1 per Ray task);
+    ``info``: stored in sweep.json beside the specs (the preset, scale, data set and command, for reports).
+    A run that fails is recorded (status "failed", its error in the row) and the others go on; run the sweep
+    again to retry it.
+    """
+    if backend not in BACKENDS:
+        raise unknown_name("backend", str(backend), BACKENDS)
+    if address is not None and backend != "ray":
+        raise ConfigError("--address needs --backend ray")
+    for flag, value in (("--workers", workers), ("--threads", threads)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ConfigError(f"{flag} must be a positive integer, got {value!r}")
+    specs = list(specs)
+    normalized = check_specs(specs)
+    sweep = SweepDir(Path(sweep_dir).resolve())
+    sweep.root.mkdir(parents=True, exist_ok=True)
+    with _Lock(sweep.lock):
+        _check_existing(sweep, specs, normalized)
+        atomic_write(sweep.spec_file, json.dumps({"version": 1, "info": info or {},
+                                                  "specs": [_spec_dict(s) for s in specs]}, indent=1))
+        rows = {s.name: run_row(s, sweep.run(s.name)) for s in specs}
+        write_results(sweep.root, [rows[s.name] for s in specs])
+        todo = [s for s in specs if rows[s.name]["status"] not in DONE]
+        resuming = sum(rows[s.name]["status"] == "partial" for s in todo)
+        by_name = {s.name: s for s in specs}
+        tracker = _Progress(len(specs), len(specs) - len(todo), progress, log)
+
+        def on_done(result: dict[str, Any]) -> None:
+            spec = by_name[result["name"]]
+            rows[spec.name] = row = run_row(spec, sweep.run(spec.name))
+            if result["status"] == "failed" and row["status"] != "failed":  # e.g. a worker that died
+                row.update(status="failed", error=result["error"])
+            write_results(sweep.root, [rows[s.name] for s in specs])
+            tracker.update(row)
+
+        if todo:
+            jobs = [(s.name, s.config, str(sweep.run(s.name)), str(sweep.log(s.name))) for s in todo]
+            if backend == "local":
+                import torch
+
+                gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+                n_workers, n_threads = _plan(len(todo), workers, threads, gpus)
+                if progress:
+                    log(f"sweep {sweep.root}: {len(specs)} runs, {len(specs) - len(todo)} done, {resuming} to resume, "
+                        f"{len(todo) - resuming} to start; {n_workers} worker(s) x {n_threads} thread(s)"
+                        f"{f' on {gpus} GPU(s)' if gpus else ''}; logs in {sweep.root / 'logs'}")
+                _run_local(jobs, n_workers, n_threads, gpus, on_done)
+            else:
+                if progress:
+                    log(f"sweep {sweep.root}: {len(specs)} runs, {len(specs) - len(todo)} done, {resuming} to resume, "
+                        f"{len(todo) - resuming} to start on Ray; logs in {sweep.root / 'logs'}")
+                _run_ray(jobs, workers, threads, address, on_done, log)
+        elif progress:
+            log(f"sweep {sweep.root}: all {len(specs)} runs are done" if specs else
+                f"sweep {sweep.root}: nothing to train (an analysis-only preset)")
+        return [rows[s.name] for s in specs]
+
+
+def unfinished(rows: Sequence[dict]) -> list[dict]:
+    """The rows of runs that are not done (neither finished nor diverged)."""
+    return [r for r in rows if r["status"] not in DONE]
