@@ -8,7 +8,7 @@ else
 TORCH_SPEC ?= torch torchvision
 endif
 
-.PHONY: install test test-all demo clean
+.PHONY: install test test-all demo bench bench-full clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -27,6 +27,12 @@ test-all: install  # slow tests included
 
 demo: install  # Fig. 5 at small scale: S-Mixer, RP S-Mixer, SW-MLP against width at fixed Ω (results/; resumable)
 	$(VENV)/bin/pkmixer reproduce fig5 --scale small
+
+bench: install  # benchmark suite, quick mode (a few minutes on 2 cores): benchmarks/results/*.json and *.md
+	$(PY) -m benchmarks.run --mode $(or $(MODE),quick)
+
+bench-full: install  # the full suite (an hour or more on 2 cores); same as `make bench MODE=full`
+	$(PY) -m benchmarks.run --mode full
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

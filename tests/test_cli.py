@@ -88,7 +88,7 @@ def test_unknown_model_suggests_closest():
 
 
 @pytest.mark.parametrize("verb", ["models", "effective", "width", "spectrum", "cka", "cost", "visualize",
-                                  "implicit-l1", "train", "finetune", "eval", "convert", "throughput"])
+                                  "implicit-l1", "train", "finetune", "eval", "convert", "throughput", "reproduce", "report"])
 def test_help_for_every_verb(capsys, verb):
     code, out, _ = run_main(capsys, verb, "--help")
     assert code == 0 and out.startswith(f"usage: pkmixer {verb}")

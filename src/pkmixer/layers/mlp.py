@@ -5,6 +5,12 @@ model swaps one for the other without forking (timm's ``mlp_layer=Mlp`` habit):
 
 * :class:`Mlp` - Dense, activation, Dense: the MLP-Mixer's token and channel MLPs (``fc1``, ``fc2``).
 * :class:`FcAct` - one Dense followed by the activation: the S-Mixer's single-layer mixing ``phi(W x)``.
+
+Both also apply themselves along the second-to-last axis, ``forward_left``: the token mixing W X of Eq. 1 as a
+left multiplication of the (S, C) feature matrix, one batched product per Dense (``baddbmm`` with the weight
+broadcast over the batch, bias fused), with no transposes in or out. timm's ``mlp(x.transpose(1, 2))
+.transpose(1, 2)`` is the same map (tests/test_fastpaths.py) on strided operands, and leaves its output in the
+transposed layout; docs/performance.md section (e) times the formulations.
 """
 from __future__ import annotations
 
@@ -12,6 +18,14 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+
+
+def left_linear(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """W x + b[:, None] for x of shape (B, in, n): ``linear`` applied to every column, no transposes."""
+    w = linear.weight.expand(x.shape[0], -1, -1)  # (B, out, in), stride 0 over the batch
+    if linear.bias is None:
+        return torch.bmm(w, x)
+    return torch.baddbmm(linear.bias.unsqueeze(-1), w, x)  # (B, out, n)
 
 
 class Mlp(nn.Module):
@@ -31,6 +45,10 @@ class Mlp(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
         return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
 
+    def forward_left(self, x: torch.Tensor) -> torch.Tensor:  # (B, in, n) -> (B, hidden, n) -> (B, out, n)
+        """``self(x.transpose(1, 2)).transpose(1, 2)`` without the transposes."""
+        return self.drop2(left_linear(self.fc2, self.drop1(self.act(left_linear(self.fc1, x)))))
+
     def linears(self) -> list[nn.Linear]:
         return [self.fc1, self.fc2]
 
@@ -49,6 +67,10 @@ class FcAct(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
         return self.drop(self.act(self.fc(x)))
+
+    def forward_left(self, x: torch.Tensor) -> torch.Tensor:  # (B, in, n) -> (B, out, n)
+        """``self(x.transpose(1, 2)).transpose(1, 2)`` without the transposes."""
+        return self.drop(self.act(left_linear(self.fc, x)))
 
     def linears(self) -> list[nn.Linear]:
         return [self.fc]

@@ -9,10 +9,13 @@ The PK layer PK_W(X; J₁, J₂) = J₂ (I ⊗ W) J₁ vec(X) is realised by gat
 ``n_blocks`` rows of ``in_features``, applying the mixing MLP to each row (that is the Kronecker factor
 I ⊗ W: a row-major (n, k) view of a vector is mat(·)ᵀ of the paper, and a Linear on its last axis is W·mat),
 flattening, and gathering with J₂. The normal Mixer's token mixing is the case J₁ = transpose (the gather
-that turns storage vec(Xᵀ) into vec(X)) and J₂ = its inverse; its channel mixing is J₁ = J₂ = identity. Both
-run as plain transposes. An RP layer (S.13) draws J₁ and J₂ uniformly at random once, keeps them frozen as
-``int64`` buffers in the state dict, and runs as two gathers. Any other choice of J₁, J₂ among identity,
-commutation and random (Def. 5.1) runs as gathers too.
+that turns storage vec(Xᵀ) into vec(X)) and J₂ = its inverse; its channel mixing is J₁ = J₂ = identity.
+Neither moves data: channel mixing is the MLP on the last axis, and token mixing is the MLP's
+``forward_left`` (W X as one batched product, :mod:`pkmixer.layers.mlp`), or a transposed view for any other
+MLP module. An RP layer (S.13) draws J₁ and J₂ uniformly at random once, keeps them frozen as ``int64``
+buffers in the state dict, and runs as two gathers. Any other choice of J₁, J₂ among identity, commutation and
+random (Def. 5.1) runs as gathers too (:class:`PermuteColumns`): multi-threaded ``torch.gather`` both ways,
+the backward with the inverse permutation, which :meth:`PKMixing.gather_pairs` derives from the buffers once.
 """
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ from typing import Literal
 
 import torch
 from torch import nn
+
+from .mlp import FcAct, Mlp
 
 Axis = Literal["token", "channel"]
 PERMUTATIONS = ("identity", "commutation", "random")
@@ -45,6 +50,31 @@ def inverse_permutation(idx: torch.Tensor) -> torch.Tensor:
     inv = torch.empty_like(idx)
     inv[idx] = torch.arange(idx.numel(), device=idx.device)
     return inv
+
+
+def gather_pair(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(idx, idx⁻¹) as int64 gather indices on idx's device."""
+    return idx.long(), inverse_permutation(idx).long()
+
+
+class PermuteColumns(torch.autograd.Function):
+    """y = x[:, idx] for a permutation ``idx`` of x's m columns, given as ``pair = (idx, idx⁻¹)``
+    (:func:`gather_pair`); the gradient is gathered back with idx⁻¹.
+
+    Both directions are ``torch.gather`` with the index broadcast over the batch (a stride-0 view): it runs on
+    all threads, where ``index_select`` along dim 1 runs on one, and ``index_select``'s autograd scatter-adds
+    into zeros as it must for an index with repeats; for a permutation the gather with the inverse is the same
+    map. The pair is frozen structure, not an input: it is kept on ``ctx``, not saved as a tensor.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, pair: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:  # (B, m)
+        ctx.inverse = pair[1]
+        return torch.gather(x, 1, pair[0].expand(x.shape[0], -1))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return torch.gather(grad, 1, ctx.inverse.expand(grad.shape[0], -1)), None
 
 
 class PKMixing(nn.Module):
@@ -97,13 +127,32 @@ class PKMixing(nn.Module):
         if self.normal:
             if self.axis == "channel":
                 return self.mlp(x)  # (B, S, C_in) -> (B, S, C_out)
+            if isinstance(self.mlp, (Mlp, FcAct)):
+                return self.mlp.forward_left(x)  # W X: (B, S_in, C) -> (B, S_out, C), no transposes
             return self.mlp(x.transpose(1, 2)).transpose(1, 2)  # (B, C, S_in) -> (B, C, S_out) -> (B, S_out, C)
-        y = x.reshape(B, -1).index_select(1, self.in_index)  # J₁: (B, other * in)
+        j1, j2 = self.gather_pairs()
+        y = PermuteColumns.apply(x.reshape(B, -1), j1)  # J₁: (B, other * in)
         y = self.mlp(y.view(B, self.other, self.in_features))  # I ⊗ W: (B, other, out)
-        y = y.reshape(B, -1).index_select(1, self.out_index)  # J₂: (B, other * out)
+        y = PermuteColumns.apply(y.reshape(B, -1), j2)  # J₂: (B, other * out)
         if self.axis == "token":
             return y.view(B, self.out_features, self.other)  # (B, S_out, C)
         return y.view(B, self.other, self.out_features)  # (B, S, C_out)
+
+    def gather_pairs(self) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+        """:func:`gather_pair` of J₁ and J₂: derived from the buffers and cached (not state), rebuilt whenever a
+        buffer is replaced, moved or loaded."""
+        bufs = (self.in_index, self.out_index)
+        key = tuple((b.data_ptr(), b.device, b._version, b.numel()) for b in bufs)
+        cached = self.__dict__.get("_gather_cache")
+        if cached is None or cached[0] != key:
+            cached = self.__dict__["_gather_cache"] = (key, tuple(gather_pair(b) for b in bufs))
+        return cached[1]
+
+    def __getstate__(self) -> dict:
+        """Copies and pickles leave the derived gather cache behind."""
+        state = self.__dict__.copy()
+        state.pop("_gather_cache", None)
+        return state
 
     def gather_indices(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(J₁, J₂) as gather indices on flat row-major storage (Eq. 19, S.21-S.23), normal layers included."""

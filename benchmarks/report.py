@@ -1,0 +1,190 @@
+"""The Markdown tables and the target checks of a benchmark run, from its JSON (see :mod:`benchmarks.run`)."""
+from __future__ import annotations
+
+import math
+
+
+def _ms(t: dict | None) -> str:
+    return "-" if t is None else f"{t['median_s'] * 1e3:.1f}"
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}×"
+
+
+def _mib(b: float | None) -> str:
+    return "-" if b is None else f"{b / 2**20:,.1f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def targets(result: dict) -> list[dict]:
+    """Each target of issue 6 with its measured value (None when its section did not run)."""
+    s, out = result["sections"], []
+    if "a" in s:
+        for row in (r for r in s["a"]["rows"] if r["kind"] == "train"):
+            out.append({"target": f"{row['model']} training step vs timm eager", "goal": "≥ 1.20×",
+                        "value": row["speedup_eager"], "met": row["speedup_eager"] >= 1.2})
+            if "speedup_compiled" in row:
+                out.append({"target": f"{row['model']} compiled training step vs timm compiled", "goal": "≥ 1.00×",
+                            "value": row["speedup_compiled"], "met": row["speedup_compiled"] >= 1.0})
+                out.append({"target": f"{row['model']} ours compiled vs timm eager", "goal": "≥ 1.20×",
+                            "value": row["ours_compiled_vs_timm_eager"],
+                            "met": row["ours_compiled_vs_timm_eager"] >= 1.2})
+    if "f" in s:
+        for row in (r for r in s["f"]["rows"] if r["model"] == "mixer_b16_224" and r["impl"] == "ours"):
+            out.append({"target": "Mixer-B/16 training FLOP/s as a fraction of same-loop sgemm", "goal": "≥ 0.65",
+                        "value": row["fraction_of_sgemm"], "met": row["fraction_of_sgemm"] >= 0.65})
+    if "b" in s:
+        for row in (r for r in s["b"]["rows"] if "rp_overhead" in r):
+            out.append({"target": f"RP overhead, {row['model']}", "goal": "≤ 2 %", "value": row["rp_overhead"],
+                        "met": row["rp_overhead"] <= 0.02})
+    if "c" in s:
+        for row in (r for r in s["c"]["rows"] if "speedup" in r and r["density"] <= 1 / 64 and r["width"] >= 4096):
+            case = f"m={row['width']}, p=1/{round(1 / row['density'])}"
+            out.append({"target": f"SW-MLP sparse vs dense-masked step, {case}", "goal": "> 1×",
+                        "value": row["speedup"], "met": row["speedup"] > 1.0})
+        s3 = s["c"]["table_s3"]
+        out.append({"target": "SW-MLP sparse / RP-Mixer peak training memory, same Ω (Table S.3, CIFAR; "
+                              "paper's dense SW-MLP: 817×)", "goal": "≤ 3×",
+                    "value": s3["sparse_peak_over_rp_peak"], "met": s3["sparse_peak_over_rp_peak"] <= 3})
+        out.append({"target": "SW-MLP sparse peak training memory / RP-Mixer parameter memory, same Ω "
+                              "(Table S.3, CIFAR)", "goal": "≤ 3×", "value": s3["sparse_peak_over_rp_param_bytes"],
+                    "met": s3["sparse_peak_over_rp_param_bytes"] <= 3})
+    return out
+
+
+def markdown(result: dict) -> str:
+    m, st = result["machine"], result["settings"]
+    lines = [f"# pkmixer benchmarks ({st['mode']} mode)", "",
+             f"{m['cpu_model']}, {m['cpu_cores']} cores, torch {m['torch']} ({m['torch_threads']} threads), "
+             f"timm {m['timm']}, device {m['device_name']}, dtype {st['dtype']}; "
+             f"{st['warmup']} warm-up + {st['repeats']} timed repeats per case, medians; load average at start "
+             f"{m['load_average'][0]:.2f}, at end {result['load_average_end'][0]:.2f}. Started {result['started']}, "
+             f"{result['elapsed_s']:.0f} s.", ""]
+    s = result["sections"]
+    if "a" in s:
+        lines += ["## (a) Mixers against timm's MlpMixer", "",
+                  "Training step (fused AdamW) in ms; speedup = timm / ours.", ""]
+        rows = []
+        for r in (r for r in s["a"]["rows"] if r["kind"] == "train"):
+            t = r["times"]
+            rows.append([r["model"], str(r["batch"]), _ms(t["ours"]), _ms(t["timm"]), _x(r["speedup_eager"]),
+                         _ms(t.get("ours_compiled")), _ms(t.get("timm_compiled")), _x(r.get("speedup_compiled")),
+                         _x(r.get("ours_compiled_vs_timm_eager"))])
+        lines += _table(["model", "batch", "ours eager", "timm eager", "speedup eager", "ours compiled",
+                         "timm compiled", "speedup compiled", "ours compiled / timm eager"], rows)
+        lines += ["", "Inference (eval, inference_mode), images/s; speedup = timm time / ours.", ""]
+        rows = []
+        for r in (r for r in s["a"]["rows"] if r["kind"] == "infer"):
+            ips = r["images_per_s"]
+            rows.append([r["model"], str(r["batch"]), f"{ips['ours']:.1f}", f"{ips['timm']:.1f}",
+                         _x(r["speedup_eager"]),
+                         f"{ips['ours_compiled']:.1f}" if "ours_compiled" in ips else "-",
+                         f"{ips['timm_compiled']:.1f}" if "timm_compiled" in ips else "-",
+                         _x(r.get("speedup_compiled"))])
+        lines += _table(["model", "batch", "ours eager", "timm eager", "speedup eager", "ours compiled",
+                         "timm compiled", "speedup compiled"], rows)
+        lines.append("")
+    if "b" in s:
+        lines += ["## (b) RP-Mixer against the normal Mixer", "", "Training step in ms.", ""]
+        rows = []
+        for r in s["b"]["rows"]:
+            t = r["times"]
+            if "rp_overhead" in r:
+                rows.append([r["model"], str(r["batch"]), _ms(t["normal"]), _ms(t["rp"]),
+                             f"{100 * r['rp_overhead']:+.1f} %"])
+        lines += _table(["model", "batch", "normal", "RP", "RP overhead"], rows)
+        lines += ["", "The permutation gather alone (forward + backward), ms:", ""]
+        rows = [[r["model"], _ms(r["times"]["index_select"]), _ms(r["times"]["permute_columns"]), _x(r["speedup"])]
+                for r in s["b"]["rows"] if "speedup" in r]
+        lines += _table(["case", "index_select autograd", "PermuteColumns", "speedup"], rows)
+        lines.append("")
+    if "c" in s:
+        c = s["c"]
+        lines += ["## (c) SW-MLP: sparse (CSR) against dense-masked", "",
+                  f"{c['rows'][0]['depth']} single-layer blocks of width m, batch {c['rows'][0]['batch']}, AdamW; "
+                  "step in ms, peak memory in MiB over the pre-build resident set (one subprocess per case).", ""]
+        rows = []
+        for r in c["rows"]:
+            mem, t = r["memory"], r["times"]
+            rows.append([str(r["width"]), f"1/{round(1 / r['density'])}", f"{r['omega']:,.0f}",
+                         _ms(t["sparse"]), _ms(t.get("masked")), _x(r.get("speedup")),
+                         _mib(mem["sparse"].get("peak_bytes")), _mib(mem.get("masked", {}).get("peak_bytes")),
+                         _x(r.get("memory_ratio"))])
+        lines += _table(["m", "p", "Ω per layer", "sparse step", "masked step", "speedup", "sparse MiB",
+                         "masked MiB", "memory ratio"], rows)
+        lo = c["largest_omega"]
+        run = lo["real_run"]
+        lines += ["", "Per-weight memory is the slope between the two largest measured cases of each form. "
+                  f"Largest Ω per layer on {lo['machine_bytes'] / 2**30:.0f} GiB at "
+                  f"p = 1/{round(1 / lo['density'])}, {lo['depth']} layers: sparse "
+                  f"{lo['sparse_bytes_per_kept_weight']:.1f} B per kept weight "
+                  f"→ Ω ≈ {lo['sparse_max_omega']:.3g}; dense-masked {lo['masked_bytes_per_entry']:.1f} B per m² "
+                  f"entry → m ≤ {lo['masked_max_width']}, "
+                  f"Ω ≈ {lo['masked_max_omega']:.3g}; "
+                  f"ratio {lo['omega_ratio']:.0f}×. Real sparse run: m = {run['width']}, "
+                  f"Ω = {run['omega']:,.0f} per layer, batch {run['batch']}: "
+                  + (f"peak {_mib(run['peak_bytes'])} MiB, build {run['build_s']:.1f} s, step "
+                     f"{1e3 * run['step_s'][-1]:.0f} ms, loss {run['loss']:.3f} (trains: {run['trains']})."
+                     if run.get("ok") else f"failed: {run.get('error')}"), ""]
+        s3 = c["table_s3"]
+        mem, t = s3["memory"], s3["times"]
+        lines += [f"Table S.3, CIFAR setting (S = {s3['S']}, C = {s3['C']}, L = {s3['depth']}, "
+                  f"γ = {s3['gamma']:g}, Ω = {s3['omega']:,.0f}, SW-MLP m = {s3['width']}, p = {s3['density']:.4f}, "
+                  f"batch {s3['batch']}):", ""]
+        rows = [[k, f"{mem[k]['params']:,}", _mib(mem[k]["param_bytes"]), _mib(mem[k]["peak_bytes"]), _ms(t[k])]
+                for k in ("mixer", "rp_mixer", "swmlp_sparse", "swmlp_masked")]
+        lines += _table(["model", "stored parameters", "parameter MiB", "peak training MiB", "step ms"], rows)
+        lines += ["", f"SW-MLP peak training memory / RP-Mixer parameter memory: sparse "
+                  f"{s3['sparse_peak_over_rp_param_bytes']:.1f}×, dense-masked "
+                  f"{s3['masked_peak_over_rp_param_bytes']:.0f}× "
+                  f"(paper, dense: 3.22 GB / 3.94 MB = 817×); SW-MLP parameters / RP-Mixer parameters (sparse): "
+                  f"{s3['sparse_param_bytes_over_rp_param_bytes']:.1f}×; peak / RP-Mixer peak: sparse "
+                  f"{s3['sparse_peak_over_rp_peak']:.2f}×, dense-masked {s3['masked_peak_over_rp_peak']:.1f}×.", ""]
+    if "d" in s:
+        lines += ["## (d) Kronecker and Monarch against dense", "",
+                  "One forward + backward of a batch of 128, ms (speedup over dense).", ""]
+        rows = []
+        for r in s["d"]["rows"]:
+            t, sp = r["times"], r["speedup_vs_dense"]
+            rows.append([f"{r['width']} = {r['n1']}×{r['n2']}", _ms(t["dense"]),
+                         f"{_ms(t['kronecker'])} ({_x(sp['kronecker'])})",
+                         f"{_ms(t['kronecker_matmul'])} ({_x(sp['kronecker_matmul'])})",
+                         f"{_ms(t['monarch'])} ({_x(sp['monarch'])})",
+                         f"{r['params']['dense']:,} / {r['params']['kronecker']:,} / {r['params']['monarch']:,}"])
+        lines += _table(["n", "dense", "Kronecker (bmm)", "Kronecker (matmul broadcast)", "Monarch",
+                         "params dense / Kron / Monarch"], rows)
+        lines.append("")
+    if "e" in s:
+        lines += ["## (e) Token-mixing formulations", "",
+                  "W₂ φ(W₁ X) + X on (B, S, C); ms, forward + backward / inference forward; speedup over timm's "
+                  "transpose + Linear.", ""]
+        names = list(s["e"]["rows"][0]["train_times"])
+        rows = []
+        for r in s["e"]["rows"]:
+            rows.append([f"{r['shape']} (B={r['B']})"]
+                        + [f"{_ms(r['train_times'][n])} / {_ms(r['infer_times'][n])} "
+                           f"({_x(r['train_speedup_vs_timm'][n])} / {_x(r['infer_speedup_vs_timm'][n])})"
+                           for n in names])
+        lines += _table(["shape"] + names, rows)
+        lines.append("")
+    if "f" in s:
+        lines += ["## (f) Achieved FLOP/s against a same-loop sgemm", "",
+                  "Training-step FLOPs (torch.utils.flop_counter, forward + backward) / median step time, against "
+                  "2048³ sgemms timed in the same interleaved loop (as many per call as last about one of our "
+                  "steps).", ""]
+        rows = [[r["model"], r["impl"], str(r["batch"]), f"{r['train_flops'] / 1e9:,.1f}", f"{r['gflops']:.1f}",
+                 f"{r['sgemm_gflops']:.1f}", f"{100 * r['fraction_of_sgemm']:.0f} %"] for r in s["f"]["rows"]]
+        lines += _table(["model", "impl", "batch", "GFLOP per step", "GFLOP/s", "sgemm GFLOP/s", "fraction"], rows)
+        lines.append("")
+    lines += ["## Targets", ""]
+    rows = [[t["target"], t["goal"], f"{t['value']:.3f}×" if "%" not in t["goal"] else f"{100 * t['value']:+.1f} %",
+             "yes" if t["met"] else "no"] for t in result["targets"]]
+    for row, t in zip(rows, result["targets"]):
+        if t["goal"].startswith("≥ 0."):
+            row[2] = f"{100 * t['value']:.0f} %"
+    lines += _table(["target", "goal", "measured", "met"], rows)
+    return "\n".join(lines) + "\n"

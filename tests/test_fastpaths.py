@@ -1,0 +1,285 @@
+"""Every fast path against its reference path (docs/performance.md), and a smoke test of the benchmark code.
+
+Fast paths: token mixing as a left multiplication (``Mlp.forward_left``, ``FcAct.forward_left``) against
+timm's transpose + Linear; the RP gather's inverse-permutation backward (``PermuteColumns``) against
+``index_select``'s autograd; the CSR SW-MLP layer against the dense-masked layer and the COO product; the
+chunked mask sampler against the one-shot sampler; the bmm Kronecker layer against an explicit V ⊗ W.
+Correctness only: nothing here is timed.
+"""
+import copy
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pkmixer
+from pkmixer.layers.mlp import FcAct, Mlp, left_linear
+from pkmixer.layers.pk import PermuteColumns, PKMixing, gather_pair
+from pkmixer.layers.sparse import MaskedLinear, SparseLinear, sample_bernoulli_mask
+from pkmixer.layers.structured import KroneckerLinear
+from pkmixer.models.convert import to_timm
+
+from conftest import perturb_, rel_err
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+F64 = torch.float64
+
+
+def _grads(out: torch.Tensor, g: torch.Tensor, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    return list(torch.autograd.grad(out, tensors, g))
+
+
+# ---- token mixing as a left multiplication ---------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["mlp", "fc"])
+def test_forward_left_is_transposed_forward(kind):
+    mlp = (Mlp(7, 11, 5) if kind == "mlp" else FcAct(7, None, 5)).double()
+    perturb_(mlp)
+    x = torch.randn(3, 7, 4, dtype=F64, requires_grad=True)  # (B, in, n)
+    ref = mlp(x.transpose(1, 2)).transpose(1, 2)
+    out = mlp.forward_left(x)
+    assert out.shape == (3, 5, 4) and rel_err(out, ref) < 1e-14
+    g = torch.randn_like(ref)
+    params = [x, *mlp.parameters()]
+    for a, b in zip(_grads(out, g, params), _grads(ref, g, params)):
+        assert rel_err(a, b) < 1e-13
+
+
+def test_left_linear_without_bias():
+    lin = torch.nn.Linear(6, 3, bias=False).double()
+    x = torch.randn(2, 6, 5, dtype=F64)
+    assert rel_err(left_linear(lin, x), lin(x.transpose(1, 2)).transpose(1, 2)) < 1e-14
+
+
+def test_normal_token_mixing_uses_left_multiplication_and_matches_reference():
+    mix = PKMixing(Mlp(6, 12, 6), "token", 5, 6, 6).double()
+    perturb_(mix)
+    x = torch.randn(2, 6, 5, dtype=F64, requires_grad=True)
+    ref = mix.mlp(x.transpose(1, 2)).transpose(1, 2)
+    out = mix(x)
+    assert out.is_contiguous() and rel_err(out, ref) < 1e-14
+    g = torch.randn_like(out)
+    for a, b in zip(_grads(out, g, [x, *mix.parameters()]), _grads(ref, g, [x, *mix.parameters()])):
+        assert rel_err(a, b) < 1e-13
+
+
+def test_other_mlp_modules_keep_the_transposed_path():
+    """A mixing MLP without forward_left (e.g. a plain nn.Linear) still runs, through transposes."""
+    lin = torch.nn.Linear(6, 4).double()
+    mix = PKMixing(lin, "token", 5, 6, 4).double()
+    x = torch.randn(2, 6, 5, dtype=F64)
+    assert rel_err(mix(x), lin(x.transpose(1, 2)).transpose(1, 2)) < 1e-14
+
+
+def test_mixer_gradients_match_timm():
+    """The whole fast forward/backward against timm's MlpMixer with the same weights (float64)."""
+    ours = perturb_(pkmixer.create_model("mixer_s16_224", img_size=64, depth=2, num_classes=7), 0.05).double()
+    theirs = to_timm(ours).double()
+    x = torch.randn(2, 3, 64, 64, dtype=F64)
+    y = torch.tensor([1, 5])
+    F.cross_entropy(ours(x), y).backward()
+    F.cross_entropy(theirs(x), y).backward()
+    ours_grads = [p.grad for p in ours.parameters()]
+    theirs_grads = [p.grad for p in theirs.parameters()]
+    assert [a.shape for a in ours_grads] == [b.shape for b in theirs_grads]  # to_timm maps them one to one
+    scale = torch.cat([b.reshape(-1) for b in theirs_grads]).norm()
+    for a, b in zip(ours_grads, theirs_grads):  # against the whole gradient's norm: some are ~0 (1e-17), e.g.
+        assert (a - b).norm() < 1e-10 * scale  # a token fc2 bias, shifting all channels alike before a LayerNorm
+
+
+@pytest.mark.parametrize("name", ["mixer_t4_28", "rp_smixer_t4_28"])
+def test_residual_stream_is_contiguous(name):
+    """The stem's output is made contiguous once, so no LayerNorm copies its input (or its gradient)."""
+    model = pkmixer.create_model(name)
+    seen = []
+    for module in model.modules():
+        if isinstance(module, torch.nn.LayerNorm):
+            module.register_forward_pre_hook(lambda mod, args: seen.append(args[0].is_contiguous()))
+    model(torch.randn(2, 1, 28, 28))
+    assert len(seen) == 2 * model.depth + 1 and all(seen)
+
+
+# ---- RP gathers -------------------------------------------------------------------------------------------
+
+def test_permute_columns_matches_index_select():
+    idx = torch.randperm(30, generator=torch.Generator().manual_seed(1))
+    pair = gather_pair(idx)
+    assert torch.equal(pair[0], idx) and torch.equal(idx[pair[1]], torch.arange(30))
+    x = torch.randn(4, 30, dtype=F64, requires_grad=True)
+    g = torch.randn(4, 30, dtype=F64)
+    out, ref = PermuteColumns.apply(x, pair), x.index_select(1, idx)
+    assert torch.equal(out, ref)
+    assert torch.equal(*(torch.autograd.grad(o, x, g)[0] for o in (out, ref)))  # a gather: exact
+    assert torch.autograd.gradcheck(lambda t: PermuteColumns.apply(t, pair), (x,))
+
+
+def test_gather_cache_follows_loaded_permutations_and_is_not_copied():
+    a, b = (PKMixing(FcAct(6, None, 6), "token", 5, 6, 6, perms=("random", "random"),
+                     generator=torch.Generator().manual_seed(seed)).double() for seed in (0, 1))
+    with torch.no_grad():
+        b.mlp.fc.weight.copy_(a.mlp.fc.weight)
+        b.mlp.fc.bias.copy_(a.mlp.fc.bias)
+    x = torch.randn(2, 6, 5, dtype=F64)
+    before = a(x)  # builds a's cache
+    a.load_state_dict(b.state_dict())
+    assert not torch.equal(a(x), before) and torch.equal(a(x), b(x))
+    assert "_gather_cache" not in copy.deepcopy(a).__dict__
+
+
+@pytest.mark.parametrize("axis", ["token", "channel"])
+def test_rp_mixing_matches_explicit_gathers(axis):
+    mix = PKMixing(Mlp(6, 8, 6) if axis == "token" else Mlp(5, 8, 5), axis, 5 if axis == "token" else 6,
+                   6 if axis == "token" else 5, 6 if axis == "token" else 5, perms=("random", "random"),
+                   generator=torch.Generator().manual_seed(0)).double()
+    perturb_(mix)
+    x = torch.randn(3, 6, 5, dtype=F64, requires_grad=True)
+    B = x.shape[0]
+    y = x.reshape(B, -1).index_select(1, mix.in_index).view(B, mix.other, mix.in_features)
+    ref = mix.mlp(y).reshape(B, -1).index_select(1, mix.out_index).view(x.shape)
+    out = mix(x)
+    assert torch.equal(out, ref)
+    g = torch.randn_like(out)
+    for a, b in zip(_grads(out, g, [x, *mix.parameters()]), _grads(ref, g, [x, *mix.parameters()])):
+        assert rel_err(a, b) < 1e-14
+
+
+# ---- SW-MLP: CSR against dense-masked and COO ---------------------------------------------------------------
+
+def _pair(n_in: int, n_out: int, p: float, dtype: torch.dtype = F64) -> tuple[MaskedLinear, SparseLinear]:
+    torch.manual_seed(5)
+    masked = MaskedLinear(n_in, n_out, p, torch.Generator().manual_seed(1)).to(dtype)
+    torch.manual_seed(5)
+    sparse = SparseLinear(n_in, n_out, p, torch.Generator().manual_seed(1)).to(dtype)
+    with torch.no_grad():
+        masked.bias.normal_()
+        sparse.bias.copy_(masked.bias)
+    return masked, sparse
+
+
+@pytest.mark.parametrize("n_in, n_out, p", [(40, 30, 0.2), (30, 50, 1.0), (64, 64, 1 / 64), (9, 7, 0.02)])
+@pytest.mark.parametrize("dtype, tol", [(F64, 1e-12), (torch.float32, 1e-5)])
+def test_csr_linear_matches_dense_masked(n_in, n_out, p, dtype, tol):
+    masked, sparse = _pair(n_in, n_out, p, dtype)
+    x = torch.randn(2, 3, n_in, dtype=dtype, requires_grad=True)  # leading dims are flattened and restored
+    out, ref = sparse(x), masked(x)
+    assert out.shape == (2, 3, n_out) and rel_err(out, ref) < tol
+    g = torch.randn_like(ref)
+    gx, gv, gb = torch.autograd.grad(out, [x, sparse.values, sparse.bias], g)
+    rx, rw, rb = torch.autograd.grad(ref, [x, masked.weight, masked.bias], g)
+    assert rel_err(gx, rx) < tol and rel_err(gb, rb) < tol
+    if sparse.nnz:
+        assert rel_err(gv, rw[masked.mask]) < tol
+
+
+def test_csr_linear_matches_coo_product():
+    _, sparse = _pair(50, 40, 0.1)
+    x = torch.randn(6, 50, dtype=F64, requires_grad=True)
+    coo = torch.sparse.mm(sparse.sparse_weight(), x.t()).t() + sparse.bias
+    assert rel_err(sparse(x), coo) < 1e-14
+    g = torch.randn_like(coo)
+    grads = [torch.autograd.grad(y, [x, sparse.values], g) for y in (sparse(x), coo)]
+    for a, b in zip(*grads):
+        assert rel_err(a, b) < 1e-13
+
+
+def test_csr_pattern_follows_loaded_indices_and_is_not_copied():
+    _, a = _pair(20, 20, 0.3)
+    torch.manual_seed(1)
+    b = SparseLinear(20, 20, 0.3, torch.Generator().manual_seed(9)).double()
+    x = torch.randn(3, 20, dtype=F64)
+    a(x)  # builds a's cache
+    a.load_state_dict(b.state_dict())
+    assert rel_err(a(x), b(x)) < 1e-14
+    assert "_csr_cache" not in copy.deepcopy(a).__dict__
+
+
+def test_sparse_layer_memory_grows_with_kept_weights_not_area():
+    """m = 200 000: a dense m×m temporary would need 160 GB; the CSR path trains in kilobytes."""
+    lin = SparseLinear(200_000, 200_000, 1e-6, torch.Generator().manual_seed(0))
+    x = torch.randn(2, 200_000, requires_grad=True)
+    lin(x).square().sum().backward()
+    assert lin.values.grad.shape == lin.values.shape and x.grad.shape == x.shape
+    assert 20_000 < lin.nnz < 60_000
+
+
+def _one_shot_mask(rows, cols, p, generator):
+    """The sampler as it was before chunking (the reference)."""
+    total, log_q = rows * cols, math.log1p(-p)
+    chunks, last = [], -1
+    while True:
+        n = int(1.05 * p * (total - last)) + 64
+        u = 1.0 - torch.rand(n, generator=generator, dtype=F64)
+        gaps = torch.floor(torch.log(u) / log_q).clamp_(max=total) + 1
+        pos = last + torch.cumsum(gaps, 0)
+        inside = pos < total
+        chunks.append(pos[inside].long())
+        if not bool(inside.all()):
+            break
+        last = int(pos[-1])
+    flat = torch.cat(chunks)
+    return flat // cols, flat % cols
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1000, 1 << 22])
+@pytest.mark.parametrize("p", [0.5, 0.01])
+def test_chunked_mask_sampler_draws_the_same_mask(chunk, p):
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    ref = _one_shot_mask(120, 90, p, g1)
+    out = sample_bernoulli_mask(120, 90, p, g2, chunk=chunk)
+    assert all(torch.equal(a, b) for a, b in zip(out, ref))
+    assert torch.equal(g1.get_state(), g2.get_state())  # the next layer's mask is unchanged too
+
+
+# ---- Kronecker ----------------------------------------------------------------------------------------------
+
+def test_kronecker_bmm_gradients_match_explicit_product():
+    layer = KroneckerLinear(3, 5).double()
+    x = torch.randn(4, 15, dtype=F64, requires_grad=True)
+    ref = x @ torch.kron(layer.V, layer.W).t()
+    out = layer(x)
+    assert rel_err(out, ref) < 1e-14
+    g = torch.randn_like(out)
+    params = [x, layer.V, layer.W]
+    for a, b in zip(_grads(out, g, params), _grads(ref, g, params)):
+        assert rel_err(a, b) < 1e-13
+
+
+# ---- the benchmark code itself --------------------------------------------------------------------------------
+
+def test_benchmark_smoke_run_writes_its_json(tmp_path):
+    """Sections a, b, d, e, f at toy sizes through the real runner, then the JSON schema."""
+    sys.path.insert(0, ROOT)
+    try:
+        from benchmarks import run as bench
+    finally:
+        sys.path.remove(ROOT)
+    out = tmp_path / "res"
+    assert bench.main(["--mode", "smoke", "--sections", "abdef", "--threads", "1", "--no-compile",
+                       "--out-dir", str(out), "--name", "toy"]) == 0
+    result = json.loads((out / "toy.json").read_text())
+    assert result["schema"] == "pkmixer-bench/1" and set(result["sections"]) == set("abdef")
+    assert {"cpu_model", "cpu_cores", "torch_threads", "torch"} <= set(result["machine"])
+    train = [r for r in result["sections"]["a"]["rows"] if r["kind"] == "train"][0]
+    assert train["times"]["ours"]["median_s"] > 0 and train["speedup_eager"] > 0
+    assert all(0 < r["fraction_of_sgemm"] for r in result["sections"]["f"]["rows"])
+    assert "rp_overhead" in result["sections"]["b"]["rows"][0]
+    assert all("met" in t for t in result["targets"])
+    assert (out / "toy.md").read_text().startswith("# pkmixer benchmarks")
+    again = ["--mode", "smoke", "--sections", "e", "--out-dir", str(out), "--name", "toy"]
+    assert bench.main(again) == 2  # never overwrites
+
+
+def test_benchmark_memory_probe_runs_in_a_subprocess():
+    spec = {"model": "swmlp", "options": {"img_size": 8, "patch_size": 4, "embed_dim": 16, "density": 0.25,
+                                          "depth": 1}, "batch": 2, "steps": 1, "threads": 1, "device": "cpu",
+            "dtype": "float32"}
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.memprobe", json.dumps(spec)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert answer["ok"] and answer["trains"] and answer["peak_bytes"] >= 0 and answer["kept_weights"] > 0
