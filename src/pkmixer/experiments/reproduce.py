@@ -24,12 +24,14 @@ def default_out(name: str, scale: str, dataset: str | None) -> Path:
     return Path("results") / "-".join(str(p) for p in (name, scale, dataset) if p)
 
 
-def _available(dataset: str, data_dir: str | None) -> None:
-    """ConfigError (saying where it looked) unless ``dataset`` is on this machine."""
+def _available(dataset: str, data_dir: str | None) -> Path | None:
+    """Where ``dataset`` lies on this machine (None: generated or bundled); a ConfigError saying where it looked
+    when it is not there."""
     from ..data import build_dataset
 
     if dataset not in ALWAYS_THERE:
-        build_dataset(dataset, "test", data_dir=data_dir)
+        return build_dataset(dataset, "test", data_dir=data_dir).root
+    return None
 
 
 def preset_runs(preset: Preset, scale: str, dataset: str | None, data_dir: str | None, check: bool,
@@ -41,7 +43,8 @@ def preset_runs(preset: Preset, scale: str, dataset: str | None, data_dir: str |
     if chosen is None or not check or not specs:
         return chosen, specs
     try:
-        _available(chosen, data_dir)
+        root = _available(chosen, data_dir)
+        log(f"data: {chosen} " + ("(bundled or generated)" if root is None else f"from {root}"))
     except ConfigError as err:
         if dataset is None and chosen == "fashion-mnist" and "digits" in preset.datasets:
             log(f"data: Fashion-MNIST is not on this machine ({err}); using scikit-learn's bundled digits instead")
