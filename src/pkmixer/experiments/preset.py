@@ -19,7 +19,7 @@ Seeds: a preset that draws its seeds with :meth:`Preset.seed_list` honours ``--s
 ``meta["seed"]`` set.
 
 Additions to the API agreed for issue 5 (all backward compatible): ``Preset.default_dataset(scale)`` (the
-default data set may differ per scale, e.g. Fashion-MNIST at small scale), ``check_scale``/``check_dataset``,
+default data set may differ per scale through ``scale_datasets``, e.g. Fashion-MNIST at small scale), ``check_scale``/``check_dataset``,
 ``default_seeds``/``with_seeds``/``seed_list``/``seeded`` (``--seeds``), ``describe`` (``--list``);
 ``run_sweep(..., threads=None, info=None)`` (torch threads per run; what sweep.json records for
 ``pkmixer report``). A scale's default data set that is absent on the machine is only replaced (by the bundled
@@ -61,6 +61,7 @@ class Preset(ABC):
     claim: str = ""  # the paper's claim, one or two sentences
     source: str = ""  # e.g. "Hayase & Karakida Fig. 5, App. C.4"
     datasets: tuple[str, ...] = ()  # data sets accepted by runs(); the first is the default
+    scale_datasets: dict[str, str] = {}  # the default data set per scale, where it is not datasets[0]
     default_seeds: dict[str, int] = {"paper": 3, "small": 2, "smoke": 1}  # seeds per scale (seed_list)
     seeds_override: int | None = None  # set by with_seeds (--seeds N)
 
@@ -74,8 +75,9 @@ class Preset(ABC):
 
     # ---- helpers for subclasses and the CLI ----------------------------------------------------------
     def default_dataset(self, scale: str) -> str | None:
-        """The data set used when none is given (override per scale, e.g. Fashion-MNIST at small scale)."""
-        return self.datasets[0] if self.datasets else None
+        """The data set used when none is given: ``scale_datasets[scale]``, else the first of ``datasets``."""
+        self.check_scale(scale)
+        return self.scale_datasets.get(scale, self.datasets[0] if self.datasets else None)
 
     def check_scale(self, scale: str) -> str:
         if scale not in SCALES:

@@ -62,12 +62,6 @@ SIZES = {"paper": ((64, 32), 3, range(11), 20, 128), "small": ((16, 8), 3, range
          "smoke": ((4,), 1, (0, 2, 4), 2, 32)}
 
 
-def _recipe(scale: str, dataset: str) -> recipes.Recipe:
-    if scale == "paper":
-        return recipes.paper_cifar(dataset, recipes.ADAMW_C1, 600, {"auto_augment": "cifar10"})
-    return recipes.small(dataset) if scale == "small" else recipes.smoke()
-
-
 @register_preset
 class Fig2(Preset):
     name = "fig2"
@@ -77,14 +71,12 @@ class Fig2(Preset):
              "to a dense one.")
     source = "Hayase & Karakida Fig. 2a-c, Sec. 3.4, App. C.1"
     datasets = ("cifar10", "fashion-mnist", "mnist", "digits", "cifar100", "stl10")
-
-    def default_dataset(self, scale: str) -> str:
-        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+    scale_datasets = recipes.SCALE_DATASETS
 
     def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
         dataset = self.check_dataset(scale, dataset)
         recipes.check_dataset(self.name, scale, dataset, ("cifar10",))
-        recipe = _recipe(scale, dataset)
+        recipe = recipes.c1(scale, dataset)
         sizes, depth, exponents, _, _ = SIZES[scale]
         grid = (recipe.image["img_size"] // recipe.image["patch_size"]) ** 2
         specs = []
@@ -213,10 +205,8 @@ class Fig2d(Preset):
              "weight-shared Monarch) reach comparable test error.")
     source = "Hayase & Karakida Fig. 2d, Sec. 3.3, App. C.1"
     datasets = ("mnist", "fashion-mnist", "digits")
+    scale_datasets = {**recipes.SCALE_DATASETS, "paper": "mnist"}
     default_seeds = {"paper": 5, "small": 3, "smoke": 1}
-
-    def default_dataset(self, scale: str) -> str:
-        return {"paper": "mnist", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
 
     def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
         dataset = self.check_dataset(scale, dataset)

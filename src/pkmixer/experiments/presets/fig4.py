@@ -61,12 +61,6 @@ SIZES = {"paper": _Size(2**19, PAPER_CHANNELS, 3, 10), "small": _Size(2**13, (2,
          "smoke": _Size(2**9, (2, 4, 6), 1, 3)}
 
 
-def _recipe(scale: str, dataset: str) -> recipes.Recipe:
-    if scale == "paper":
-        return recipes.paper_cifar(dataset, recipes.ADAMW_C1, 600, {"auto_augment": "cifar10"})
-    return recipes.small(dataset) if scale == "small" else recipes.smoke()
-
-
 @register_preset
 class Fig4(Preset):
     name = "fig4"
@@ -76,15 +70,13 @@ class Fig4(Preset):
              "Mixer's c_γ = 1 + √γ.")
     source = "Hayase & Karakida Fig. 4, Secs. 4.2-4.3, App. C.1-C.2"
     datasets = ("cifar10", "fashion-mnist", "mnist", "digits", "cifar100", "stl10")
+    scale_datasets = recipes.SCALE_DATASETS
     default_seeds = {"paper": 4, "small": 2, "smoke": 1}
-
-    def default_dataset(self, scale: str) -> str:
-        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
 
     def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
         dataset = self.check_dataset(scale, dataset)
         recipes.check_dataset(self.name, scale, dataset, ("cifar10",))
-        s, recipe = SIZES[scale], _recipe(scale, dataset)
+        s, recipe = SIZES[scale], recipes.c1(scale, dataset)
         specs = []
         for C, S in s.pairs():
             m, p = C * S, (1 / C + 1 / S) / 2

@@ -40,7 +40,7 @@ from ...theory.width import mixer_omega, swmlp_width, symmetric_pairs
 from ..preset import Analysis, Preset, register_preset
 from ..report import aggregate, format_mean_std, rank_correlation
 from ..sweep import RunSpec
-from .recipes import seed_structures
+from .recipes import SCALE_DATASETS, seed_structures
 
 FAMILIES = ("S-Mixer", "RP S-Mixer", "SW-MLP")
 _OPTIM_PAPER = {"name": "sgd", "lr": 0.02, "momentum": 0.9, "nesterov": True, "weight_decay": 0.0}
@@ -110,9 +110,7 @@ class Fig5(Preset):
              "reach widths an SW-MLP cannot afford.")
     source = "Hayase & Karakida Fig. 5, Sec. 4.2, App. C.4"
     datasets = ("cifar10", "cifar100", "stl10", "fashion-mnist", "digits")
-
-    def default_dataset(self, scale: str) -> str:
-        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+    scale_datasets = SCALE_DATASETS
 
     def _settings(self, scale: str, dataset: str) -> _Scale:
         kind = _IMAGE_KIND[dataset]

@@ -87,9 +87,7 @@ class Fig6(Preset):
              "around C = S, where the effective width SC is largest (Eq. 15).")
     source = "Hayase & Karakida Fig. 6, Sec. 5.4, App. C.5, Table S.2"
     datasets = PAPER_DATASETS + ("fashion-mnist", "mnist", "digits")
-
-    def default_dataset(self, scale: str) -> str:
-        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+    scale_datasets = recipes.SCALE_DATASETS
 
     def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
         dataset = self.check_dataset(scale, dataset)

@@ -45,9 +45,7 @@ class Fig7(Preset):
              "them as the number of blocks grows (S = C = 128).")
     source = "Hayase & Karakida Fig. 7, Sec. 5.4, App. C.6, D.4"
     datasets = recipes.PAPER_CIFAR + ("fashion-mnist", "mnist", "digits")
-
-    def default_dataset(self, scale: str) -> str:
-        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+    scale_datasets = recipes.SCALE_DATASETS
 
     def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
         dataset = self.check_dataset(scale, dataset)

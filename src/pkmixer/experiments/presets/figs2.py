@@ -68,9 +68,7 @@ class FigS2(Preset):
              "MLP-Mixers and for SW-MLPs.")
     source = "Hayase & Karakida Fig. S.2, App. D.2"
     datasets = PAPER_DATASETS + ("fashion-mnist", "mnist", "digits", "stl10")
-
-    def default_dataset(self, scale: str) -> str:
-        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+    scale_datasets = recipes.SCALE_DATASETS
 
     def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
         dataset = self.check_dataset(scale, dataset)

@@ -64,9 +64,7 @@ class FigS3(Preset):
              "MLP-Mixers, and the error is lowest around C = S, where γ = 2Ω/(m(C + m/C)) peaks.")
     source = "Hayase & Karakida Fig. S.3, App. D.3"
     datasets = recipes.PAPER_CIFAR + ("fashion-mnist", "mnist", "digits")
-
-    def default_dataset(self, scale: str) -> str:
-        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+    scale_datasets = recipes.SCALE_DATASETS
 
     def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
         dataset = self.check_dataset(scale, dataset)

@@ -48,9 +48,7 @@ class FigS4(Preset):
              "higher up behave like normal ones.")
     source = "Hayase & Karakida Fig. S.4, App. D.5"
     datasets = recipes.PAPER_CIFAR + ("fashion-mnist", "mnist", "digits")
-
-    def default_dataset(self, scale: str) -> str:
-        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+    scale_datasets = recipes.SCALE_DATASETS
 
     def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
         dataset = self.check_dataset(scale, dataset)

@@ -45,9 +45,7 @@ class FigS5(Preset):
              "C₀ = 48 (P = 4) for CIFAR-10/100, C₀ = 108 (P = 6) for STL-10 at 90 px.")
     source = "Hayase & Karakida Fig. S.5, App. D.6"
     datasets = recipes.PAPER_CIFAR + ("fashion-mnist", "mnist", "digits")
-
-    def default_dataset(self, scale: str) -> str:
-        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+    scale_datasets = recipes.SCALE_DATASETS
 
     def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
         dataset = self.check_dataset(scale, dataset)

@@ -71,9 +71,7 @@ class _Overfitting(Preset):
     paper_data: dict = {}
     default_seeds = {"paper": 5, "small": 2, "smoke": 1}
     datasets = ("cifar10", "cifar100", "stl10", "fashion-mnist", "mnist", "digits")
-
-    def default_dataset(self, scale: str) -> str:
-        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
+    scale_datasets = recipes.SCALE_DATASETS
 
     def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
         dataset = self.check_dataset(scale, dataset)

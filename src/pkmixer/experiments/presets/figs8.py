@@ -47,10 +47,8 @@ class FigS8(Preset):
              "decreasing: the RP model ends with the lower test loss and the higher test accuracy.")
     source = "Hayase & Karakida Fig. S.8, App. D.7"
     datasets = recipes.PAPER_CIFAR + ("fashion-mnist", "mnist", "digits")
+    scale_datasets = recipes.SCALE_DATASETS
     default_seeds = {"paper": 5, "small": 3, "smoke": 1}
-
-    def default_dataset(self, scale: str) -> str:
-        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
 
     def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
         dataset = self.check_dataset(scale, dataset)

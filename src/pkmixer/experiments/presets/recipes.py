@@ -31,6 +31,8 @@ GREY28 = {"img_size": 28, "patch_size": 4, "in_chans": 1}  # S0 = 49
 GREY8 = {"img_size": 8, "patch_size": 2, "in_chans": 1}  # S0 = 16
 
 PAPER_CIFAR = ("cifar10", "cifar100", "stl10")
+# default data set per scale: the paper's CIFAR-10, Fashion-MNIST on a CPU, the bundled digits in the tests
+SCALE_DATASETS = {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}
 # the geometry of each data set a preset can run on
 GEOMETRY = {"cifar10": COLOUR32, "cifar100": COLOUR32, "stl10": COLOUR32, "mnist": GREY28,
             "fashion-mnist": GREY28, "digits": GREY8}
@@ -100,6 +102,13 @@ def smoke(epochs: int = 1) -> Recipe:
     """Seconds: 256 training and 128 test digits at 8 px, AdamW."""
     return Recipe({"name": "digits", "batch_size": 64, "train_subset": 256, "test_subset": 128},
                   {"name": "adamw", "lr": 0.005}, epochs, image=dict(GREY8))
+
+
+def c1(scale: str, dataset: str) -> Recipe:
+    """App. C.1's recipe at paper scale (AdamW, 600 epochs, AutoAugment; Figs. 2 and 4), else the scale's own."""
+    if scale == "paper":
+        return paper_cifar(dataset, ADAMW_C1, 600, {"auto_augment": "cifar10"})
+    return small(dataset) if scale == "small" else smoke()
 
 
 def check_dataset(preset: str, scale: str, dataset: str, paper: Sequence[str]) -> None:

@@ -78,10 +78,8 @@ class Table1(Preset):
              "Mixer-SS-W beats Mixer-SS/8 on CIFAR-10/100 and Mixer-B-W beats Mixer-B/16 on ImageNet.")
     source = "Hayase & Karakida Table 1, Sec. 5.3, App. C.3, C.5"
     datasets = PAPER_DATASETS + ("fashion-mnist", "mnist", "digits", "stl10")
+    scale_datasets = recipes.SCALE_DATASETS
     default_seeds = {"paper": 3, "small": 3, "smoke": 1}
-
-    def default_dataset(self, scale: str) -> str:
-        return {"paper": "cifar10", "small": "fashion-mnist", "smoke": "digits"}[self.check_scale(scale)]
 
     def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
         dataset = self.check_dataset(scale, dataset)
