@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import pkmixer
+from pkmixer.atomic import write_text_atomically
 from pkmixer.errors import ConfigError
 from pkmixer.train.checkpoint import load_model, read_checkpoint, save_model
 
@@ -60,4 +61,7 @@ def test_written_with_the_permissions_of_a_plain_open(tmp_path):
     plain = tmp_path / "plain"
     plain.write_bytes(b"")  # open() honours the umask: what a checkpoint should get too
     save_model(tmp_path / "m.pt", pkmixer.create_model("smixer_t4_28"))
-    assert os.stat(tmp_path / "m.pt").st_mode & 0o777 == os.stat(plain).st_mode & 0o777
+    write_text_atomically(tmp_path / "results.csv", "a,b\n")
+    for written in ("m.pt", "results.csv"):
+        assert os.stat(tmp_path / written).st_mode & 0o777 == os.stat(plain).st_mode & 0o777, written
+    assert (tmp_path / "results.csv").read_text() == "a,b\n"

@@ -26,10 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from ..atomic import current_umask, write_text_atomically
 from ..errors import ConfigError
 from ..figures import save_figure
 from .preset import Analysis, Preset
-from .sweep import atomic_write, rows_to_csv
+from .sweep import rows_to_csv
 
 REPORT_DIR = "report"
 
@@ -169,16 +170,17 @@ def write_report(analysis: Analysis, sweep_dir: Path, *, preset: Preset, scale: 
             raise ConfigError(f"preset {preset.name}: output name {stem!r} is not a plain file stem")
     sweep_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=sweep_dir, prefix=".report-"))
+    os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp makes 0700; give the permissions mkdir() would
     try:
         for stem, fig in analysis.figures.items():
             save_figure(fig, staging / f"{stem}.png")
             save_figure(fig, staging / f"{stem}.svg")
         for stem, table in analysis.tables.items():
-            atomic_write(staging / f"{stem}.csv", rows_to_csv(table))
-        atomic_write(staging / "report.md", _markdown(analysis, preset, scale, dataset, command, rows))
+            write_text_atomically(staging / f"{stem}.csv", rows_to_csv(table))
+        write_text_atomically(staging / "report.md", _markdown(analysis, preset, scale, dataset, command, rows))
         record = {"preset": preset.name, "scale": scale, "dataset": dataset, "command": command,
                   "fingerprint": stamp, "figures": list(analysis.figures), "tables": list(analysis.tables), **summary}
-        atomic_write(staging / "analysis.json", json.dumps(record, indent=1, default=str))
+        write_text_atomically(staging / "analysis.json", json.dumps(record, indent=1, default=str))
         if folder.exists():
             old = sweep_dir / f".report-old-{os.getpid()}"
             os.replace(folder, old)

@@ -38,7 +38,6 @@ import re
 import shutil
 import signal
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -46,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..atomic import write_text_atomically
 from ..errors import ConfigError, unknown_name
 
 BACKENDS = ("local", "ray")
@@ -87,22 +87,6 @@ class SweepDir:
 # ---- writing files atomically ---------------------------------------------------------------------------
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename: readers (and a
-    kill at any moment) see the old file or the new one, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def rows_to_csv(rows: Sequence[dict]) -> str:
     """Rows as CSV, columns in order of first appearance; None as an empty cell."""
     columns: dict[str, None] = {}
@@ -118,8 +102,8 @@ def rows_to_csv(rows: Sequence[dict]) -> str:
 
 def write_results(sweep_dir: Path, rows: Sequence[dict]) -> None:
     sweep = SweepDir(Path(sweep_dir))
-    atomic_write(sweep.results_jsonl, "".join(json.dumps(row) + "\n" for row in rows))
-    atomic_write(sweep.results_csv, rows_to_csv(rows))
+    write_text_atomically(sweep.results_jsonl, "".join(json.dumps(row) + "\n" for row in rows))
+    write_text_atomically(sweep.results_csv, rows_to_csv(rows))
 
 
 # ---- specs ----------------------------------------------------------------------------------------------
@@ -533,7 +517,7 @@ def run_sweep(specs: Sequence[RunSpec], sweep_dir: Path, *, backend: str = "loca
     sweep.root.mkdir(parents=True, exist_ok=True)
     with _Lock(sweep.lock):
         _check_existing(sweep, specs, normalized)
-        atomic_write(sweep.spec_file, json.dumps({"version": 1, "info": info or {},
+        write_text_atomically(sweep.spec_file, json.dumps({"version": 1, "info": info or {},
                                                   "specs": [_spec_dict(s) for s in specs]}, indent=1))
         rows = {s.name: run_row(s, sweep.run(s.name)) for s in specs}
         write_results(sweep.root, [rows[s.name] for s in specs])

@@ -34,8 +34,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..atomic import write_atomically
 from ..errors import ConfigError, check_positive_int
-from ..train.checkpoint import FORMAT, VERSION, save_model, write_atomically
+from ..train.checkpoint import FORMAT, VERSION, save_model
 from .mixer import Mixer
 from .registry import ModelEntry, create_model, list_models, model_entry
 
