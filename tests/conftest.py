@@ -18,3 +18,15 @@ def perturb_(model: torch.nn.Module, scale: float = 0.1) -> torch.nn.Module:
         for p in model.parameters():
             p.add_(torch.randn_like(p) * scale)
     return model
+
+
+def run_main(capsys, *args: str) -> tuple[int, str, str]:
+    """``pkmixer ARGS`` in this process: (exit status, stdout, stderr); argparse's SystemExit included."""
+    from pkmixer.cli import main
+
+    try:
+        code = main(list(args))
+    except SystemExit as exit_:
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -9,6 +9,8 @@ import pkmixer
 from pkmixer.cli import main
 from pkmixer.errors import ConfigError
 
+from conftest import run_main
+
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pkmixer.cli", *args], capture_output=True, text=True, timeout=300)
@@ -92,15 +94,6 @@ def test_unknown_model_suggests_closest():
 def test_help_for_every_verb(capsys, verb):
     code, out, _ = run_main(capsys, verb, "--help")
     assert code == 0 and out.startswith(f"usage: pkmixer {verb}")
-
-
-def run_main(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(args))
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_width_json_reproduces_app_c4(capsys):

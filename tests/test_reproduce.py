@@ -15,16 +15,9 @@ from pkmixer.cli import main
 from pkmixer.experiments import get_preset, list_presets
 from pkmixer.experiments.sweep import load_rows
 
+from conftest import run_main
+
 SMOKE = ["reproduce", "fig5", "--scale", "smoke", "--threads", "1", "--workers", "1"]
-
-
-def _exit(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(args))
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +50,7 @@ def test_smoke_end_to_end(smoke_dir, tmp_path, capsys):
     # the same command again: every run skipped, the report up to date and left as it is
     copy = _copy(smoke_dir, tmp_path)
     before = (copy / "report" / "fig5.png").stat().st_mtime_ns
-    code, out, _ = _exit(capsys, *SMOKE, "--out", str(copy))
+    code, out, _ = run_main(capsys, *SMOKE, "--out", str(copy))
     assert code == 0 and "all 6 runs are done" in out and "(up to date, unchanged)" in out
     assert f"figure: {copy / 'report' / 'fig5.png'}" in out and "verdict: Spearman" in out
     assert (copy / "report" / "fig5.png").stat().st_mtime_ns == before
@@ -112,7 +105,7 @@ def test_killed_sweep_resumes_with_complete_table(tmp_path):
 def test_report_rerenders(smoke_dir, tmp_path, capsys):
     copy = _copy(smoke_dir, tmp_path)
     shutil.rmtree(copy / "report")
-    code, out, _ = _exit(capsys, "report", str(copy))
+    code, out, _ = run_main(capsys, "report", str(copy))
     assert code == 0 and f"figure: {copy / 'report' / 'fig5.svg'}" in out
     assert (copy / "report" / "report.md").read_text() == (smoke_dir / "report" / "report.md").read_text()
     # other results (here: a run's last test error edited) and a report on disk: refused without --overwrite
@@ -120,10 +113,10 @@ def test_report_rerenders(smoke_dir, tmp_path, capsys):
     line = json.loads(metrics.read_text())
     metrics.write_text(json.dumps({**line, "test_error": 0.5}) + "\n")
     snapshot = {p.name: p.read_bytes() for p in (copy / "report").iterdir()}
-    code, _, err = _exit(capsys, "report", str(copy))
+    code, _, err = run_main(capsys, "report", str(copy))
     assert code == 2 and "pass --overwrite" in err and len(err.strip().splitlines()) == 1
     assert {p.name: p.read_bytes() for p in (copy / "report").iterdir()} == snapshot
-    code, out, _ = _exit(capsys, "report", str(copy), "--overwrite", "--json")
+    code, out, _ = run_main(capsys, "report", str(copy), "--overwrite", "--json")
     result = json.loads(out)
     assert code == 0 and result["up_to_date"] is False
     assert "| SW-MLP | 512 | - | - | 23 | 1 | 0.5 |" in (copy / "report" / "report.md").read_text()
@@ -131,11 +124,11 @@ def test_report_rerenders(smoke_dir, tmp_path, capsys):
 
 
 def test_list(capsys):
-    code, out, _ = _exit(capsys, "reproduce", "--list", "--json")
+    code, out, _ = run_main(capsys, "reproduce", "--list", "--json")
     records = {r["name"]: r for r in json.loads(out)}
     assert code == 0 and records["fig5"]["runs"] == {"paper": 111, "small": 24, "smoke": 6}
     assert len(records) == len(list_presets())
-    code, out, _ = _exit(capsys, "reproduce", "--list")
+    code, out, _ = run_main(capsys, "reproduce", "--list")
     assert code == 0 and "fig5" in out and "App. C.4" in out
 
 
@@ -174,7 +167,7 @@ def test_refusals(smoke_dir, tmp_path, capsys):
         (["report", str(tmp_path)], "not a sweep directory"),
     ]
     for args, needle in cases:
-        code, _, err = _exit(capsys, *args)
+        code, _, err = run_main(capsys, *args)
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, (args, err)
     assert not (tmp_path / "a").exists()
 

@@ -17,6 +17,8 @@ from pkmixer.train import loop
 from pkmixer.train.checkpoint import read_checkpoint
 from pkmixer.train.config import build_config
 
+from conftest import run_main
+
 # a tiny S-Mixer on the bundled 8x8 digits: 16 tokens of 2x2 patches
 DIGITS = {"data.name": "digits", "model.name": "smixer_t4_28", "model.img_size": 8, "model.patch_size": 2,
           "model.in_chans": 1, "data.batch_size": 32, "optim.name": "adamw", "optim.lr": 0.005, "run.progress": False}
@@ -146,14 +148,6 @@ def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch, capsys)
     assert json.loads((run / "summary.json").read_text())["status"] == "diverged"
 
 
-def _exit(capsys, *args: str) -> tuple[int, str]:
-    try:
-        code = main(list(args))
-    except SystemExit as e:
-        code = e.code
-    return code, capsys.readouterr().err
-
-
 def test_refusals_leave_disk_untouched(tmp_path, capsys):
     run = tmp_path / "run"
     settings = [arg for k, v in {**SYNTH, "schedule.epochs": 1}.items() for arg in ("--set", f"{k}={v}")]
@@ -172,7 +166,7 @@ def test_refusals_leave_disk_untouched(tmp_path, capsys):
         (["train", "--set", "model.name=nope"], "unknown model"),
     ]
     for args, needle in cases:
-        code, err = _exit(capsys, *args)
+        code, _, err = run_main(capsys, *args)
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, (args, err)
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == snapshot
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
@@ -180,10 +174,10 @@ def test_refusals_leave_disk_untouched(tmp_path, capsys):
     # a corrupt or foreign latest checkpoint: refused, and left as it is
     latest = run / "checkpoints" / "latest.pt"
     latest.write_bytes(b"not a checkpoint")
-    code, err = _exit(capsys, "eval", str(run), "--checkpoint", "latest")
+    code, _, err = run_main(capsys, "eval", str(run), "--checkpoint", "latest")
     assert code == 2 and "not a readable checkpoint" in err
     torch.save({"weights": torch.zeros(2)}, latest)
-    code, err = _exit(capsys, "train", "--run-dir", str(run), "--resume")
+    code, _, err = run_main(capsys, "train", "--run-dir", str(run), "--resume")
     assert code == 2 and "not a pkmixer checkpoint" in err
     assert set(torch.load(latest, weights_only=True)) == {"weights"}
 
