@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pkmixer.analysis.throughput import cpu_model
+
 
 class BenchError(ValueError):
     """Bad input to the benchmark runner: one line, exit status 2."""
@@ -176,7 +178,7 @@ def train_flops(model: nn.Module, input_shape: tuple[int, ...]) -> int:
 def machine(settings: Settings) -> dict:
     """The machine, as docs/performance.md describes it."""
     info = {
-        "cpu_model": _lscpu("Model name") or platform.processor() or platform.machine(),
+        "cpu_model": cpu_model(),
         "cpu_cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
@@ -194,17 +196,6 @@ def machine(settings: Settings) -> dict:
     except ImportError:
         info["timm"] = None
     return info
-
-
-def _lscpu(key: str) -> str | None:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    except OSError:
-        return None
-    for line in out.splitlines():
-        if line.split(":", 1)[0].strip() == key:
-            return line.split(":", 1)[1].strip()
-    return None
 
 
 def _total_memory() -> int | None:

@@ -181,10 +181,10 @@ def images_per_second(model: nn.Module, batch_size: int, *, warmup: int = 3, rep
 def _device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"{_cpu_model()}, {torch.get_num_threads()} threads"
+    return f"{cpu_model()}, {torch.get_num_threads()} threads"
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     """The CPU's model name (Linux /proc/cpuinfo), else what :mod:`platform` knows."""
     try:
         with open("/proc/cpuinfo") as f:

@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import ConfigError
 from .preset import Preset, get_preset, seeds_in
 from .report import write_report
-from .sweep import BACKENDS, RunSpec, read_sweep, run_sweep, unfinished
+from .sweep import BACKENDS, RunSpec, load_rows, read_sweep, run_sweep, unfinished
 
 ALWAYS_THERE = ("digits", "synthetic")  # generated or bundled: nothing to look for
 
@@ -100,8 +100,6 @@ def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, da
 
 def rerender(sweep_dir: str | Path, overwrite: bool = False) -> dict[str, Any]:
     """Render the report of an existing sweep directory again from its runs, without training."""
-    from .sweep import load_rows
-
     sweep_dir = Path(sweep_dir)
     info = read_sweep(sweep_dir)["info"]
     if not info.get("preset"):
