@@ -266,6 +266,11 @@ def test_flax_checkpoint_initialises_training_and_evaluates(npz, tmp_path, capsy
     assert main(["eval", str(npz), "--json", *[f"--set={k}={v}" for k, v in data.items()]]) == 0
     scored = __import__("json").loads(capsys.readouterr().out)
     assert scored["test_examples"] == 64 and scored["model"] == import_checkpoint(npz).model.spec.name
+    # the same file enlarged to 64 px (Mixer supp. C): a model of another shape, scored on the same images
+    assert main(["eval", str(npz), "--json", "--set=model.img_size=64",
+                 *[f"--set={k}={v}" for k, v in data.items()]]) == 0
+    enlarged = __import__("json").loads(capsys.readouterr().out)
+    assert enlarged["test_examples"] == 64 and enlarged["test_loss"] != scored["test_loss"]
 
     name = import_checkpoint(npz).model.spec.name
     cfg = build_config(None, {**data, "model.name": name, "model.init": str(npz), "schedule.epochs": 1})

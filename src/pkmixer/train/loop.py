@@ -450,7 +450,9 @@ def evaluate_checkpoint(path: str | Path, overrides: dict[str, Any] | None = Non
     if classes != imported.num_classes:
         raise ConfigError(f"{path} has a {imported.num_classes}-class head and {cfg.data.name} has {classes} "
                           "classes: fine-tune it first (pkmixer train --set model.init=...)")
-    model, sets = _model_and_data(cfg, ("test",))
+    # the imported model as it is; model options (e.g. a larger img_size) rebuild it from the file
+    model = build_model(cfg, classes) if cfg.model.options else imported
+    sets["test"].transform = _transform(cfg, model, train=False)
     model.to(ctx.device)
     loader, _, _ = _loader(sets["test"], cfg.data.eval_batch_size, ctx, cfg, train=False)
     return {"checkpoint": str(path), "model": imported.spec.name, "data": cfg.data.name,
