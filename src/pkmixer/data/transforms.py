@@ -4,13 +4,17 @@
 * AutoAugment (Cubuk et al. 2019; App. C.1, C.3, D.7) with torchvision's CIFAR10 / IMAGENET / SVHN policies.
 * RandAugment by timm policy strings such as ``rand-m9-mstd0.5-inc1``, random erasing 0.25, mixup α = 0.8 and
   cutmix α = 1.0 switched with probability 0.5, label smoothing 0.1: ImageNet-1k training (App. C.5, Table S.2),
-  which used timm; RandAugment and mixup are also the Mixer pre-training regularisers (Mixer supp. B). The
-  random-resized (Inception) crop is timm's ImageNet default.
+  which used timm. The random-resized (Inception) crop is timm's ImageNet default.
+* RandAugment as big_vision has it, ``bigvision-n2-m15`` (:mod:`pkmixer.data.randaugment`): the Mixer
+  pre-training regulariser (Mixer supp. B, Table 1), whose magnitudes 15 and 20 extrapolate past 10.
 * Resizing: STL-10's 96 px images to 32 px (App. C.4) or 90 px (App. D.6).
 * Evaluation pre-processing of Mixer supp. C: "resize-crop" resizes to a square of side ⌊img_size / crop_pct⌋
   and takes the central img_size crop; "resmall-crop" resizes the shorter side to that length, keeping the
   aspect ratio, and takes the central crop. Without ``eval_crop`` evaluation resizes to img_size (or ``resize``,
-  then centre-crops).
+  then centre-crops) - except for data sets of natural images of any size (ImageNet and other image-folder
+  trees), which are evaluated as timm does: the shorter side resized to ⌊img_size / crop_pct⌋ (256 for 224)
+  and the central crop, i.e. "resmall-crop". Their interpolation is bicubic (timm's for Mixers) in training and
+  evaluation; other data sets use bilinear.
 * Grey <-> RGB when the model's ``in_chans`` differs from the data's, and normalisation by the data set's mean
   and standard deviation (converted with the same channels: repeated for grey -> RGB, the luma weights
   0.2989 R + 0.587 G + 0.114 B for RGB -> grey, which for the standard deviation is an upper bound).
@@ -36,6 +40,8 @@ from torchvision.transforms import InterpolationMode, v2
 
 from ..errors import ConfigError, check_density, check_positive_int, check_rate
 from .datasets import DatasetInfo
+from .randaugment import POLICY_PREFIX as BIGVISION_PREFIX
+from .randaugment import RandAugment, parse_policy
 
 AUTO_AUGMENT_POLICIES = {"cifar10": v2.AutoAugmentPolicy.CIFAR10, "imagenet": v2.AutoAugmentPolicy.IMAGENET,
                          "svhn": v2.AutoAugmentPolicy.SVHN}
@@ -55,11 +61,16 @@ _RAND_MAGNITUDE_CAP = 10 - 1e-6
 
 def check_rand_augment(policy: str) -> str:
     """A timm RandAugment string such as ``rand-m9-mstd0.5-inc1``, checked section by section (timm itself skips
-    sections it cannot parse); ``mmax`` is refused because magnitudes above 10 break timm's posterize."""
+    sections it cannot parse; ``mmax`` is refused because magnitudes above 10 break timm's posterize), or a
+    big_vision one such as ``bigvision-n2-m15`` (:func:`pkmixer.data.randaugment.parse_policy`)."""
     parts = policy.split("-") if isinstance(policy, str) else []
+    if parts and parts[0] == BIGVISION_PREFIX:
+        parse_policy(policy)
+        return policy
     if not parts or parts[0] != "rand":
-        raise ConfigError(f"rand_augment {policy!r} is not a RandAugment policy: it must start with 'rand', "
-                          "e.g. rand-m9-mstd0.5-inc1")
+        raise ConfigError(f"rand_augment {policy!r} is not a RandAugment policy: it must start with 'rand' "
+                          f"(timm's, e.g. rand-m9-mstd0.5-inc1) or '{BIGVISION_PREFIX}' (big_vision's, e.g. "
+                          f"{BIGVISION_PREFIX}-n2-m15)")
     for part in parts[1:]:
         if not _RAND_SECTION.fullmatch(part):
             raise ConfigError(f"rand_augment {policy!r} has an unknown section {part!r}; allowed sections: "
@@ -79,6 +90,12 @@ def _channel_stats(info: DatasetInfo, in_chans: int) -> tuple[tuple[float, ...],
                       "only grey <-> RGB conversions are supported")
 
 
+def natural_images(info: DatasetInfo) -> bool:
+    """Whether ``info`` is a data set of photographs of varying sizes (ImageNet, image-folder trees), which get
+    timm's ImageNet pre-processing: bicubic resampling and the crop_pct centre crop in evaluation."""
+    return info.image_size is None
+
+
 def _check_choice(name: str, value: object, allowed: Sequence[str]) -> None:
     if value not in allowed:
         raise ConfigError(f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}")
@@ -88,7 +105,7 @@ def build_transform(info: DatasetInfo, *, train: bool, img_size: int, in_chans: 
                     hflip: bool = False, auto_augment: str | None = None, rand_augment: str | None = None,
                     random_erasing: float = 0.0, random_resized_crop: tuple[float, float] | None = None,
                     resize: int | None = None, eval_crop: str | None = None, crop_pct: float = 0.875,
-                    interpolation: str = "bilinear", normalize: bool = True) -> v2.Compose:
+                    interpolation: str | None = None, normalize: bool = True) -> v2.Compose:
     """The training (``train=True``) or evaluation pipeline for data set ``info`` and a model that takes
     (in_chans, img_size, img_size) inputs.
 
@@ -97,10 +114,14 @@ def build_transform(info: DatasetInfo, *, train: bool, img_size: int, in_chans: 
         it replaces ``resize`` and ``crop_padding``.
     resize: resize to this square side first (STL-10 at 90 px, App. D.6); default img_size. A side larger than
         img_size is followed by a random crop (training) or a centre crop (evaluation without ``eval_crop``).
-    auto_augment: "cifar10", "imagenet" or "svhn"; rand_augment: a timm policy string. At most one of them.
+    auto_augment: "cifar10", "imagenet" or "svhn"; rand_augment: a timm policy string (``rand-...``) or a
+        big_vision one (``bigvision-n2-m15``). At most one of them.
     random_erasing: probability of timm's per-pixel random erasing, applied after normalisation.
     eval_crop: None, "resize-crop" or "resmall-crop" (Mixer supp. C), with crop_pct = img_size / resized side;
-        when set, it replaces ``resize`` in evaluation.
+        when set, it replaces ``resize`` in evaluation. None and no ``resize``: "resmall-crop" for
+        :func:`natural_images` data sets (timm's evaluation), a plain resize to img_size for the others.
+    interpolation: "bilinear", "bicubic" or "nearest"; None: bicubic for :func:`natural_images` data sets (timm's
+        default for Mixers), bilinear for the others.
     """
     check_positive_int("img_size", img_size)
     check_positive_int("in_chans", in_chans)
@@ -127,8 +148,12 @@ def build_transform(info: DatasetInfo, *, train: bool, img_size: int, in_chans: 
             raise ConfigError("random_resized_crop replaces resize and crop_padding; drop them")
     _check_choice("eval_crop", eval_crop, [None, *EVAL_CROPS])
     check_density("crop_pct", crop_pct)
+    if interpolation is None:
+        interpolation = "bicubic" if natural_images(info) else "bilinear"
     _check_choice("interpolation", interpolation, list(INTERPOLATIONS))
     interp = INTERPOLATIONS[interpolation]
+    if not train and eval_crop is None and resize is None and natural_images(info):
+        eval_crop = "resmall-crop"  # timm: shorter side to floor(img_size / crop_pct), central crop
 
     steps: list[nn.Module] = []
     if in_chans != info.in_chans:
@@ -145,7 +170,9 @@ def build_transform(info: DatasetInfo, *, train: bool, img_size: int, in_chans: 
             steps.append(v2.RandomHorizontalFlip())
         if auto_augment is not None:
             steps.append(v2.AutoAugment(AUTO_AUGMENT_POLICIES[auto_augment]))
-        if rand_augment is not None:
+        if rand_augment is not None and rand_augment.split("-")[0] == BIGVISION_PREFIX:
+            steps.append(RandAugment.from_policy(rand_augment, img_size, fill=128))
+        elif rand_augment is not None:
             hparams = {"translate_const": int(img_size * 0.45), "img_mean": tuple(round(255 * m) for m in mean),
                        "magnitude_max": _RAND_MAGNITUDE_CAP}
             steps += [v2.ToPILImage(), rand_augment_transform(rand_augment, hparams)]  # timm's ops work on PIL
