@@ -6,8 +6,9 @@ import torch
 from torch import nn
 
 import pkmixer
-from pkmixer.analysis.cost import (cost_table, fixed_omega_comparison, layer_costs, measured_macs, model_cost,
-                                   saved_tensor_bytes, swmlp_expected_cost)
+from pkmixer.analysis.cost import (cost_table, fixed_omega_comparison, fixed_omega_models, layer_costs, measured_macs,
+                                   model_cost, saved_tensor_bytes, swmlp_expected_cost, table_s3_counts,
+                                   training_step_seconds)
 from pkmixer.errors import ConfigError
 
 
@@ -110,6 +111,48 @@ def test_imagenet_dense_masked_swmlp_state_is_table_s3_size():
     assert masked.effective_width == 256 * 588 and not masked.built
     # weights, gradients and two AdamW moments in float32: 23.2 TB (Table S.3; the masks come on top)
     assert abs(4 * masked.param_bytes / 23.2e12 - 1) < 0.01
+
+
+def test_table_s3_convention_gives_the_printed_numbers():
+    # CIFAR at S = C = 64 (the caption's C = 48 does not give them), L = 3, γ = 2; SW-MLP of 2L blocks
+    mixer, rp, sw = table_s3_counts(64, 64, 3, 2.0)
+    assert mixer.flops == rp.flops == 2 * 4 * 3 * 2**19 == 12_582_912  # printed 12.5 M
+    assert mixer.memory_bytes == 4 * 98_304  # 0.393 MB; printed 3.93 MB
+    assert sw.flops == 805_306_368 and sw.memory_bytes == 3_221_225_472  # printed 805 M, 3.22 GB
+    mixer, _, sw = table_s3_counts(256, 588, 8, 4.0)
+    assert sw.flops == 5_800_621_768_704 and sw.memory_bytes == 23_202_487_074_816  # printed 5.80 T, 23.2 TB
+    mixer_g1 = table_s3_counts(256, 588, 8, 1.0)[0]
+    assert mixer_g1.flops == 4_065_460_224 and mixer_g1.memory_bytes == 26_321_920  # printed 4.06 G, 26.3 MB
+    assert mixer.flops == 4 * mixer_g1.flops
+    assert table_s3_counts(64, 64, 3, 2.0, swmlp_depth=3)[2].flops == 805_306_368 // 2
+
+
+def test_fixed_omega_models_are_the_costed_ones():
+    kwargs = dict(omega=2 * (36**3), gamma=2.0, depth=1, embed_dim=36, img_size=24, patch_size=4, swmlp_depth=2)
+    models = fixed_omega_models(**kwargs, forms=("sparse",))
+    reports = fixed_omega_comparison(**kwargs)[:3]
+    assert list(models) == [r.model for r in reports]
+    for model, report in zip(list(models.values())[:2], reports):
+        assert model.info().params == report.params and model.info().connections == report.connections
+    sw = models[reports[2].model].info()  # drawn masks: the expected kept weights within 1 %
+    assert sw.depth == 2 and sw.effective_width == reports[2].effective_width == 36 * 36
+    assert abs(sw.connections / reports[2].connections - 1) < 0.01
+
+
+def test_training_step_seconds_times_each_model_and_restores_threads():
+    threads = torch.get_num_threads()
+    models = {"a": meta_free("mixer_t4_28", depth=1), "b": meta_free("smixer_t4_28", depth=1)}
+    result = training_step_seconds(models, batch_size=4, repeats=2, threads=1)
+    assert torch.get_num_threads() == threads
+    assert set(result["median"]) == {"a", "b"} and all(len(t) == 2 for t in result["times"].values())
+    assert all(m > 0 for m in result["median"].values()) and result["threads"] == 1 and result["device"]
+    with pytest.raises(ConfigError, match="repeats"):
+        training_step_seconds(models, repeats=0)
+
+
+def meta_free(name, **overrides):
+    torch.manual_seed(0)
+    return pkmixer.create_model(name, **overrides)
 
 
 def test_bad_input_raises_config_error():

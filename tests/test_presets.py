@@ -15,6 +15,7 @@ from pkmixer.experiments import get_preset, run_sweep
 from pkmixer.experiments.report import write_report
 from pkmixer.experiments.presets import fig6 as fig6_module
 from pkmixer.experiments.presets.figs9 import block_fraction
+from pkmixer.experiments.presets import tables3 as tables3_module
 from pkmixer.experiments.presets.tables3 import SETTINGS
 from pkmixer.models.registry import model_entry
 from pkmixer.theory.spectrum import c_gamma, lambda_max_sweep
@@ -265,7 +266,15 @@ def test_seeds_option_overrides_the_paper_counts():
 
 # ---- analysis-only presets against closed forms ---------------------------------------------------------------
 
-def test_tables3_matches_the_cost_module_and_closed_forms():
+def _stub_runtime(scale):
+    """The runtime column without timing (the smoke test and test_tables3_runtime_is_measured time for real)."""
+    return [{"setting": "CIFAR", "shape": "S=64 C=64 L=3 γ=2", "model": f"{name} S=64 C=64", "device": "stub",
+             "step_s": step, "step_ratio": step, "paper_ratio": None} for name, step in (("MLP-Mixer", 1.0),
+                                                                                        ("RP-Mixer", 1.1))]
+
+
+def test_tables3_matches_the_cost_module_and_closed_forms(monkeypatch):
+    monkeypatch.setattr(tables3_module, "runtime_rows", _stub_runtime)
     analysis = get_preset("tables3").analyze([], None, "paper")
     table = analysis.tables["tables3"]
     for setting in ("CIFAR", "ImageNet"):
@@ -275,12 +284,40 @@ def test_tables3_matches_the_cost_module_and_closed_forms():
         assert [r["train_state_bytes"] for r in rows] == [r.train_state_bytes for r in reports]
         assert rows[0]["macs"] == rows[1]["macs"]  # RP-Mixer = MLP-Mixer
     cifar = [r for r in table if r["setting"] == "CIFAR"]
-    # CIFAR: S = S0 = 64, C = 48, L = 3, γ = 2: stem S0·C0·C + 4LΩ (each block: two MLPs of two Dense) + head
-    assert cifar[0]["macs"] == 64 * 48 * 48 + 4 * 3 * 344_064 + 48 * 10
-    # the dense-masked SW-MLP multiplies full (m × γm) matrices: 2Lγm² + stem + head, m = 3072
-    assert cifar[3]["macs"] == 2 * 3 * 2 * 3072**2 + 64 * 48 * 48 + 3072 * 10
+    # CIFAR: S = S0 = C = 64, L = 3, γ = 2: stem S0·C0·C + 4LΩ (each block: two MLPs of two Dense) + head
+    assert cifar[0]["macs"] == 64 * 48 * 64 + 4 * 3 * 2**19 + 64 * 10
+    # the dense-masked SW-MLP (2L blocks, App. C.1) multiplies full (m × γm) matrices: 4Lγm² + stem + head
+    assert cifar[3]["macs"] == 2 * 6 * 2 * 4096**2 + 64 * 48 * 64 + 4096 * 10
     imagenet = [r for r in table if r["setting"] == "ImageNet"]
     assert imagenet[3]["train_state_ratio"] > 1e4 and analysis.supported is True
+    assert analysis.numbers["runtime RP-Mixer / MLP-Mixer (measured: stub, batch 128, fp32 AdamW)"] == 1.1
+
+
+def test_tables3_sets_the_printed_values_beside_their_convention(monkeypatch):
+    monkeypatch.setattr(tables3_module, "runtime_rows", _stub_runtime)
+    paper = get_preset("tables3").analyze([], None, "paper").tables["tables3_paper"]
+    assert len(paper) == 12
+    verdicts = {(r["setting"], r["model"], r["quantity"]): r["explanation"].split(":")[0] for r in paper}
+    # exact: every SW-MLP value and the CIFAR Mixers' FLOPs; the ImageNet Mixers only at γ = 1
+    assert [k for k, v in verdicts.items() if v == "reproduced"] == [
+        ("CIFAR", "SW-MLP", "memory"), ("CIFAR", "SW-MLP", "FLOPs"), ("CIFAR", "RP-Mixer", "FLOPs"),
+        ("CIFAR", "MLP-Mixer", "FLOPs"), ("ImageNet", "SW-MLP", "memory"), ("ImageNet", "SW-MLP", "FLOPs")]
+    assert {k for k, v in verdicts.items() if v.startswith("reproduced only with γ = 1")} == {
+        ("ImageNet", m, q) for m in ("RP-Mixer", "MLP-Mixer") for q in ("memory", "FLOPs")}
+    assert verdicts[("CIFAR", "MLP-Mixer", "memory")].startswith("10 ×")  # 3.93 MB printed, 0.393 MB counted
+    assert verdicts[("CIFAR", "RP-Mixer", "memory")] == "not reproduced"
+    by = {(r["setting"], r["model"], r["quantity"]): r for r in paper}
+    assert by[("CIFAR", "SW-MLP", "FLOPs")]["paper_convention"] == 2 * 12 * 4096 * 8192  # 805 M
+    assert by[("ImageNet", "SW-MLP", "memory")]["paper_convention"] == 8 * 32 * 150_528 * 602_112  # 23.2 TB
+
+
+def test_tables3_runtime_is_measured():
+    rows = tables3_module.runtime_rows("smoke")
+    assert [tables3_module.family(r["model"]) for r in rows] == ["MLP-Mixer", "RP-Mixer", "SW-MLP[sparse]",
+                                                                 "SW-MLP[masked]"]
+    assert rows[0]["step_ratio"] == 1.0 and all(r["step_s"] > 0 and r["repeats"] == 3 for r in rows)
+    assert all(r["batch_size"] == 128 and r["device"] for r in rows)
+    assert all(len(r["times_s"].split()) == 3 for r in rows)
 
 
 def test_figs9_counts_match_the_kronecker_structure():

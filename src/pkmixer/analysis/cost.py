@@ -32,6 +32,9 @@ from __future__ import annotations
 
 import copy
 import inspect
+import os
+import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -314,7 +317,8 @@ def swmlp_expected_cost(batch_size: int = 1, dtype: torch.dtype = torch.float32,
     sparse_layers = ([(d0, m)] if m != d0 else []) + block_layers
     kept = [round(p * a * b) for a, b in sparse_layers]
     patch = cfg["in_chans"] * cfg["patch_size"] ** 2
-    dense_params = (patch + 1) * C + sum(b for _, b in sparse_layers) + 2 * m * (cfg["depth"] + 1) \
+    norms = cfg["depth"] + int(cfg.get("head_norm", True))  # one per block, one before the head if head_norm
+    dense_params = (patch + 1) * C + sum(b for _, b in sparse_layers) + 2 * m * norms \
         + (m + 1) * cfg["num_classes"]  # stem, biases, LayerNorms, head
     full = [a * b for a, b in sparse_layers]
     block_kept = kept[len(kept) - len(block_layers):]
@@ -329,17 +333,19 @@ def swmlp_expected_cost(batch_size: int = 1, dtype: torch.dtype = torch.float32,
 
 def fixed_omega_comparison(omega: str | int | float, gamma: float = 2.0, depth: int = 3, *,
                            embed_dim: int | None = None, img_size: int = 32, patch_size: int = 4, in_chans: int = 3,
-                           num_classes: int = 10, batch_size: int = 1, dtype: torch.dtype = torch.float32
-                           ) -> list[CostReport]:
+                           num_classes: int = 10, batch_size: int = 1, dtype: torch.dtype = torch.float32,
+                           swmlp_depth: int | None = None) -> list[CostReport]:
     """MLP-Mixer, RP-Mixer and the SW-MLP (sparse and dense-masked) at the same Ω and width (Table S.3).
 
     C = ``embed_dim`` and S from Ω (Sec. 4.1), or S = C = (Ω/γ)^{1/3} when ``embed_dim`` is None. The Mixers
     (built on the meta device) have ``depth`` MLP blocks of ratio γ; when S differs from the patch grid S₀
-    the first block maps S₀ -> S (App. A.2.4). The SW-MLP has width m = S·C, ``depth`` blocks of S.17 with
+    the first block maps S₀ -> S (App. A.2.4). The SW-MLP has width m = S·C, ``swmlp_depth`` blocks of S.17
+    (default ``depth``; App. C.1's comparison SW-MLP has 2L, one per token- and per channel-mixing MLP) with
     hidden width γm, and density p = Ω'/(m·γm), where Ω' is the built Mixer's own Ω, so that both have
     the same connections per layer; its costs are expected ones (:func:`swmlp_expected_cost`).
-    Table S.3 uses S = 256, C = 588, L = 8, γ = 4 at 224 px, P = 14 (Ω = 254 091 264) for ImageNet and
-    S = 64, C = 48, L = 3, γ = 2 at 32 px, P = 4 (Ω = 344 064) for CIFAR.
+    Table S.3's caption states S = 256, C = 588, L = 8, γ = 4 at 224 px, P = 14 (Ω = 254 091 264) for ImageNet
+    and S = 64, C = 48, L = 3, γ = 2 for CIFAR, but its CIFAR numbers are those of S = C = 64 (Ω = 2^19) and
+    an SW-MLP of 2L blocks: see :func:`table_s3_counts`.
     """
     omega = parse_omega(omega)
     C = round(optimal_channels(omega, gamma)) if embed_dim is None else check_positive_int("embed_dim", embed_dim)
@@ -359,6 +365,192 @@ def fixed_omega_comparison(omega: str | int | float, gamma: float = 2.0, depth: 
     for form in ("sparse", "masked"):
         reports.append(swmlp_expected_cost(
             batch_size, dtype, name=f"SW-MLP[{form}] m={m} p={density:.3g}", **common, embed_dim=C,
-            width=None if S == grid else m, density=density, depth=depth, block="mlp", mlp_ratio=gamma,
+            width=None if S == grid else m, density=density,
+            depth=depth if swmlp_depth is None else check_positive_int("swmlp_depth", swmlp_depth),
+            block="mlp", mlp_ratio=gamma,
             weight_format=form))
     return reports
+
+
+
+def fixed_omega_models(omega: str | int | float, gamma: float = 2.0, depth: int = 3, *,
+                       embed_dim: int | None = None, img_size: int = 32, patch_size: int = 4, in_chans: int = 3,
+                       num_classes: int = 10, swmlp_depth: int | None = None, device: torch.device | str = "cpu",
+                       forms: Sequence[str] = ("masked", "sparse")) -> dict[str, nn.Module]:
+    """The models of :func:`fixed_omega_comparison` built on ``device`` (structure seed 0): MLP-Mixer,
+    RP-Mixer and the SW-MLP in each of ``forms``, keyed as that function names them (for timing them)."""
+    omega = parse_omega(omega)
+    C = round(optimal_channels(omega, gamma)) if embed_dim is None else check_positive_int("embed_dim", embed_dim)
+    S = tokens_for_channels(omega, C, gamma) if embed_dim is not None else C
+    grid = (img_size // patch_size) ** 2 if img_size % patch_size == 0 else None
+    common = dict(img_size=img_size, patch_size=patch_size, in_chans=in_chans, num_classes=num_classes)
+    with torch.device(device):
+        models = {f"{label} S={S} C={C}": Mixer(**common, embed_dim=C, depth=depth, num_tokens=None if S == grid else S,
+                                               mlp_ratio=gamma, rp_blocks=rp, norm_eps=1e-5)
+                  for label, rp in (("MLP-Mixer", None), ("RP-Mixer", "all"))}
+    m, connections = S * C, next(iter(models.values())).info().connections
+    density = min(1.0, connections / (m * max(1, int(gamma * m))))
+    for form in forms:
+        with torch.device(device):
+            models[f"SW-MLP[{form}] m={m} p={density:.3g}"] = SWMLP(
+                **common, embed_dim=C, width=None if S == grid else m, density=density,
+                depth=depth if swmlp_depth is None else check_positive_int("swmlp_depth", swmlp_depth),
+                block="mlp", mlp_ratio=gamma, weight_format=form)
+    return models
+
+# ---- Table S.3 as the paper counted it ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HiddenLayerCount:
+    """Table S.3's own convention, found from its numbers (:func:`table_s3_counts`)."""
+
+    model: str
+    S: int
+    C: int
+    depth: int
+    gamma: float
+    weights: int  # entries of the hidden (mixing) layers' weight matrices: no biases, LayerNorms, stem or head
+    memory_bytes: int  # 4 bytes per weight; the dense-masked SW-MLP 4 more per entry (a float32 mask)
+    flops: int  # 2 x the MACs of those layers for one image, forward
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def table_s3_counts(S: int, C: int, depth: int, gamma: float, *, swmlp_depth: int | None = None
+                    ) -> list[HiddenLayerCount]:
+    """MLP-Mixer, RP-Mixer and dense-masked SW-MLP as Hayase & Karakida's Table S.3 counts them.
+
+    Found by matching its printed numbers: only the weight matrices of the hidden layers count.
+
+    * MLP-Mixer and RP-Mixer (the permutations are not counted): ``depth`` blocks of a token MLP
+      S -> γS -> S and a channel MLP C -> γC -> C; weights L·2γ(S² + C²), MACs L·2γ·SC(S + C) = 4LΩ.
+    * SW-MLP: ``swmlp_depth`` = 2L blocks of S.17 (App. C.1: one per token- and per channel-mixing MLP) of
+      two dense m × γm matrices, m = SC; 4L·γm² entries, each a float32 weight and a float32 mask (8 bytes;
+      or a weight and its gradient - the table does not say).
+    * FLOPs = 2 × MACs per image; memory = the bytes of those tensors, nothing for optimiser state.
+
+    With S = C = 64, L = 3, γ = 2 this gives the printed CIFAR values 12.5 M FLOPs for the Mixers, 805 M and
+    3.22 GB for the SW-MLP (the caption's C = 48 gives 8.26 M, 453 M and 1.81 GB). With S = 256, C = 588, L = 8
+    it gives the printed 5.80 T and 23.2 TB for the SW-MLP at γ = 4, and the printed 4.06 G and 26.3 MB for the
+    Mixers only at γ = 1 (at γ = 4: 16.3 G and 105 MB). The printed CIFAR Mixer memory, 3.93 MB, is 10 × the
+    0.393 MB of this convention. :mod:`pkmixer.experiments.presets.tables3` sets these beside the printed
+    values and our own accounting (:func:`fixed_omega_comparison`).
+    """
+    for key, value in (("S", S), ("C", C), ("depth", depth)):
+        check_positive_int(key, value)
+    gamma = check_positive("gamma", gamma)
+    blocks = 2 * depth if swmlp_depth is None else check_positive_int("swmlp_depth", swmlp_depth)
+    hidden_s, hidden_c = max(1, int(gamma * S)), max(1, int(gamma * C))
+    weights = depth * 2 * (S * hidden_s + C * hidden_c)
+    macs = depth * 2 * (C * S * hidden_s + S * C * hidden_c)
+    m = S * C
+    entries = blocks * 2 * m * max(1, int(gamma * m))
+    common = dict(S=S, C=C, depth=depth, gamma=gamma)
+    mixers = [HiddenLayerCount(name, **common, weights=weights, memory_bytes=4 * weights, flops=2 * macs)
+              for name in ("MLP-Mixer", "RP-Mixer")]
+    return mixers + [HiddenLayerCount("SW-MLP", **common, weights=entries, memory_bytes=8 * entries,
+                                      flops=2 * entries)]
+
+
+# ---- training-step time -----------------------------------------------------------------------------------------
+
+
+def device_label(device: torch.device | str) -> str:
+    """The GPU's name, or the CPU's model with the torch threads in use."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    from .throughput import cpu_model  # throughput imports this module
+
+    threads = torch.get_num_threads()
+    return f"{cpu_model()}, {threads} thread{'s' if threads > 1 else ''}"
+
+
+def training_step_seconds(models: dict[str, nn.Module], *, batch_size: int = 128, repeats: int = 5,
+                          warmup: int = 1, threads: int | None = 1, lr: float = 1e-3) -> dict:
+    """Seconds per AdamW training step (zero_grad, forward, cross-entropy, backward, step) of each model on
+    ``batch_size`` random images in float32, on the device of its parameters - App. D.9's runtime setting.
+
+    The models take turns (one step each per repeat, after ``warmup`` untimed steps each), so that a change of
+    load on a shared machine hits all of them alike; the GPU is synchronised around each step. ``threads``
+    pins torch's CPU threads for the measurement (None: as they are). Returns the device label, the threads,
+    the 1-minute load average before and after, every step time and the median per model."""
+    check_positive_int("batch_size", batch_size)
+    check_positive_int("repeats", repeats)
+    if not isinstance(warmup, int) or warmup < 0:
+        raise ConfigError(f"warmup must be a non-negative integer, got {warmup!r}")
+    if not models:
+        raise ConfigError("no models to time")
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(check_positive_int("threads", threads))
+    try:
+        steps = {}
+        for name, model in models.items():
+            _check_model(model)
+            weight = next(model.parameters())
+            generator = torch.Generator().manual_seed(0)
+            x = torch.randn(batch_size, model.in_chans, model.img_size, model.img_size, generator=generator)
+            y = torch.randint(0, model.head.out_features, (batch_size,), generator=generator)
+            steps[name] = _step_function(model.train(), x.to(weight.device), y.to(weight.device), lr)
+        device = next(next(iter(models.values())).parameters()).device
+        label = device_label(device)
+        load_before = _load_average()
+        for step in steps.values():
+            for _ in range(warmup):
+                step()
+        times: dict[str, list[float]] = {name: [] for name in models}
+        for _ in range(repeats):
+            for name, step in steps.items():
+                times[name].append(step())
+        return {"device": label, "threads": torch.get_num_threads() if device.type == "cpu" else None,
+                "batch_size": batch_size, "repeats": repeats, "load_before": load_before,
+                "load_after": _load_average(), "times": times,
+                "median": {name: statistics.median(t) for name, t in times.items()}}
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _step_function(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float):
+    params = [p for p in model.parameters() if p.requires_grad]
+    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+    optimizer = torch.optim.AdamW(params, lr=lr, fused=fused or None)  # the fused kernel, as pkmixer train uses
+    loss_fn = nn.CrossEntropyLoss()
+    cuda = x.device.type == "cuda"
+
+    def step() -> float:
+        if cuda:
+            torch.cuda.synchronize(x.device)
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+        if cuda:
+            torch.cuda.synchronize(x.device)
+        return time.perf_counter() - start
+
+    return step
+
+
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def available_memory_bytes(device: torch.device | str = "cpu") -> int | None:
+    """Free memory of the GPU, or MemAvailable of this Linux machine; None when unknown."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
