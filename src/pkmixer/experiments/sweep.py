@@ -22,7 +22,10 @@ Backends (``backend=``):
   default is one torch thread per run and one worker per core: on 2 cores, 2 runs × 1 thread beats 1 run × 2
   threads for the small models of the small and smoke scales (little work per operation to share out). With
   CUDA GPUs, one worker per GPU (CUDA_VISIBLE_DEVICES=i) and the cores split among them. With one worker the
-  run trains in this process. Workers die with this process (Linux: PR_SET_PDEATHSIG).
+  run trains in this process. On Linux a worker dies with this process from the first statement it runs, before
+  it imports multiprocessing, pkmixer or torch (``PR_SET_PDEATHSIG``, then a check that this process is still
+  its parent: ``pkmixer.experiments.worker``), and multiprocessing's resource tracker ends with the workers: a
+  killed sweep leaves no process behind that could write into it. Elsewhere workers may outlive a killed sweep.
 * ``ray``: each run is a Ray task (``num_cpus`` = threads per run, ``num_gpus`` = 1 when the cluster has
   GPUs); ``address=None`` starts a local Ray instance, else ``ray.init(address=...)`` joins a cluster. Every
   node must see the sweep directory at the same absolute path (a shared filesystem: NFS, Lustre, ...) and have
@@ -36,8 +39,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -308,14 +309,8 @@ def execute_run(name: str, config: dict[str, Any], run_dir: str, log_path: str, 
 
 
 def _init_worker(threads: int, gpu_ids: Any) -> None:
-    """Pool worker set-up: die with the parent (Linux), one GPU each, ``threads`` torch threads."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
+    """Pool worker set-up: one GPU each, ``threads`` torch threads. (Dying with the parent is set up long
+    before, by the first statements the worker runs: ``worker.spawn_context``.)"""
     if gpu_ids is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu_ids.get())
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -388,11 +383,15 @@ def _run_local(jobs: list[tuple], workers: int, threads: int, gpus: int, on_done
         finally:
             torch.set_num_threads(before)
         return
-    import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
-    ctx = mp.get_context("spawn")
+    from .worker import spawn_context
+
+    # spawn, each worker tied to this process by its first statements; the workers are created in this thread
+    # (by submit), which outlives them (leaving the with block waits for them): PR_SET_PDEATHSIG fires when
+    # the creating thread ends, not only the process
+    ctx = spawn_context()
     gpu_ids = None
     if gpus:
         gpu_ids = ctx.Queue()
