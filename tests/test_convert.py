@@ -1,8 +1,9 @@
 """Checkpoint import and export (Mixer supp. App. F, Listing 1): Flax .npz, timm state dicts, pkmixer
 checkpoints. Every file is written by the tests: a random Listing 1 Mixer with P=8 at 32 px (S=16), C=16,
-2 blocks, D_S=12, D_C=40, 10 classes."""
+2 blocks, D_S=12, D_C=40, 10 classes. (Listing 1 run in Flax itself: tests/test_flax_parity.py.)"""
 import argparse
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -11,8 +12,9 @@ import torch.nn.functional as F
 
 import pkmixer
 from pkmixer.errors import ConfigError
-from pkmixer.models.convert import (convert_checkpoint, export_checkpoint, flax_to_pkmixer_state_dict,
-                                    import_checkpoint, pkmixer_to_flax_arrays)
+from pkmixer.models.convert import (ActivationWarning, convert_checkpoint, export_checkpoint,
+                                    flax_to_pkmixer_state_dict, from_timm, import_checkpoint, pkmixer_to_flax_arrays,
+                                    to_timm)
 from pkmixer.models.registry import ModelSpec
 from pkmixer.train.checkpoint import load_model
 
@@ -47,15 +49,16 @@ def flax_arrays(seed: int = 0) -> dict[str, np.ndarray]:
     return arrays | ln("pre_head_layer_norm") | dense("head", C, CLASSES)
 
 
-def listing1_logits(arrays: dict[str, np.ndarray], x: torch.Tensor) -> torch.Tensor:
-    """Listing 1 written out on the raw arrays in float64 (NHWC input, HWIO stem kernel), GELU exact as timm."""
+def listing1_logits(arrays: dict[str, np.ndarray], x: torch.Tensor, approximate: str = "tanh") -> torch.Tensor:
+    """Listing 1 written out on the raw arrays in float64 (NHWC input, HWIO stem kernel); GELU as Flax's nn.gelu
+    (the tanh approximation), or exact as timm with ``approximate="none"``."""
     a = {k: torch.from_numpy(v).double() for k, v in arrays.items()}
 
     def ln(y, prefix):
         return F.layer_norm(y, (C,), a[f"{prefix}/scale"], a[f"{prefix}/bias"], eps=1e-6)
 
     def mlp_block(y, prefix):
-        y = F.gelu(y @ a[f"{prefix}/Dense_0/kernel"] + a[f"{prefix}/Dense_0/bias"])
+        y = F.gelu(y @ a[f"{prefix}/Dense_0/kernel"] + a[f"{prefix}/Dense_0/bias"], approximate=approximate)
         return y @ a[f"{prefix}/Dense_1/kernel"] + a[f"{prefix}/Dense_1/bias"]
 
     n = x.shape[0]
@@ -94,9 +97,9 @@ def test_npz_round_trip_is_bit_exact(npz, tmp_path):
         "source": str(npz), "source_format": "flax", "destination": str(tmp_path / "mid.pt"),
         "destination_format": "pkmixer", "model": "mixer_s16_224",
         "overrides": dict(patch_size=P, depth=DEPTH, embed_dim=C, token_hidden=D_S, channel_hidden=D_C,
-                          img_size=IMG, num_classes=CLASSES, norm_eps=1e-6),
+                          img_size=IMG, num_classes=CLASSES, norm_eps=1e-6, act="gelu_tanh"),
         "params": sum(a.size for a in flax_arrays().values()), "num_classes": CLASSES, "img_size": IMG,
-        "dtype": "float32", "head_replaced": False}
+        "dtype": "float32", "act": "gelu_tanh", "head_replaced": False}
     convert_checkpoint(tmp_path / "mid.pt", tmp_path / "back.npz")
     convert_checkpoint(npz, tmp_path / "direct.npz")
     before = np.load(npz)
@@ -121,16 +124,81 @@ def test_flax_mapping_functions_round_trip():
 
 
 def test_npz_logits_match_listing1_and_timm(npz, tmp_path):
-    """The imported model computes Listing 1 on the arrays; its timm export gives timm the same network."""
+    """The imported model computes Listing 1 on the arrays, with Flax's tanh GELU (or the exact one when
+    asked); its timm export gives timm the same network, exactly so with the exact GELU."""
     x = images()
-    ref = listing1_logits(flax_arrays(), x.permute(0, 2, 3, 1))  # NCHW -> NHWC for the Flax layout
+    nhwc = x.permute(0, 2, 3, 1)  # NCHW -> NHWC for the Flax layout
+    ref, ref_exact = listing1_logits(flax_arrays(), nhwc), listing1_logits(flax_arrays(), nhwc, "none")
+    assert rel_err(ref_exact, ref) > 1e-5  # the two GELUs give measurably different networks
     model = import_checkpoint(npz).model.eval()
+    exact = import_checkpoint(npz, act="gelu").model.eval()
+    assert (model.activation, exact.activation) == ("gelu_tanh", "gelu")
     with torch.no_grad():
-        assert rel_err(model(x).double(), ref) <= 1e-5
-        convert_checkpoint(npz, tmp_path / "timm.pth")
+        assert rel_err(model(x).double(), ref) <= 1e-5 and rel_err(exact(x).double(), ref_exact) <= 1e-5
+        assert rel_err(to_timm(model).eval()(x).double(), ref) <= 1e-5  # timm's MlpMixer with the tanh GELU
+        with pytest.warns(ActivationWarning, match="timm computes act='gelu'"):
+            convert_checkpoint(npz, tmp_path / "timm.pth")  # the file cannot say tanh: warned
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ActivationWarning)
+            convert_checkpoint(npz, tmp_path / "exact.pth", act="gelu")  # nothing to warn about
         theirs = small_timm()
-        theirs.load_state_dict(torch.load(tmp_path / "timm.pth", weights_only=True))
-        assert rel_err(theirs(x).double(), ref) <= 1e-5
+        for name in ("timm.pth", "exact.pth"):
+            theirs.load_state_dict(torch.load(tmp_path / name, weights_only=True))
+            assert rel_err(theirs(x).double(), ref_exact) <= 1e-5
+
+
+def test_activation_of_each_format_and_its_warnings(npz, tmp_path):
+    """Flax imports as gelu_tanh, timm as gelu, a pkmixer checkpoint as it records (none recorded: gelu);
+    export warns exactly when the format's code computes the other GELU."""
+    timm_file = tmp_path / "t.pth"
+    torch.save(small_timm().state_dict(), timm_file)
+    assert import_checkpoint(timm_file).model.activation == "gelu"
+    assert import_checkpoint(timm_file, act="gelu_tanh").model.spec.overrides["act"] == "gelu_tanh"
+    tanh, exact = import_checkpoint(npz).model, import_checkpoint(timm_file).model
+    # a pkmixer checkpoint keeps its act; one written before act existed (no key) is the exact GELU
+    convert_checkpoint(npz, tmp_path / "tanh.pt")
+    assert load_model(tmp_path / "tanh.pt").activation == "gelu_tanh"
+    assert import_checkpoint(tmp_path / "tanh.pt").model.activation == "gelu_tanh"
+    assert import_checkpoint(tmp_path / "tanh.pt", act="gelu").model.activation == "gelu"
+    old = torch.load(tmp_path / "tanh.pt", weights_only=True)
+    old["overrides"].pop("act")
+    torch.save(old, tmp_path / "old.pt")
+    assert load_model(tmp_path / "old.pt").activation == "gelu"
+    assert import_checkpoint(tmp_path / "old.pt").model.activation == "gelu"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ActivationWarning)
+        export_checkpoint(tanh, tmp_path / "a.npz")
+        export_checkpoint(exact, tmp_path / "a.pth")
+        export_checkpoint(tanh, tmp_path / "a.pt")
+        export_checkpoint(exact, tmp_path / "b.pt")
+    with pytest.warns(ActivationWarning, match=r"Flax \(Listing 1\) computes act='gelu_tanh'.*--act gelu\)"):
+        export_checkpoint(exact, tmp_path / "b.npz")
+    with pytest.warns(ActivationWarning, match=r"timm computes act='gelu'.*--act gelu_tanh\)"):
+        export_checkpoint(tanh, tmp_path / "b.pth")
+    # ... and the hint is right: read back with it, each file is the model again
+    assert import_checkpoint(tmp_path / "b.npz", act="gelu").model.spec == exact.spec
+    assert import_checkpoint(tmp_path / "b.pth", act="gelu_tanh").model.spec == tanh.spec
+    with pytest.raises(ConfigError, match="act must be one of"):
+        import_checkpoint(npz, act="swish")
+    with pytest.raises(ConfigError, match="GELU MLP-Mixer, not act='relu'"):
+        export_checkpoint(pkmixer.create_model("mixer_f2_32", act="relu"), tmp_path / "r.npz")
+
+
+def test_from_timm_reads_the_gelu():
+    from timm.models.mlp_mixer import MlpMixer
+
+    theirs = MlpMixer(num_classes=CLASSES, img_size=IMG, patch_size=P, num_blocks=DEPTH, embed_dim=C,
+                      mlp_ratio=(D_S / C, D_C / C), act_layer=lambda: torch.nn.GELU(approximate="tanh"))
+    perturb_(theirs.double(), 0.1).eval()
+    ours = from_timm(theirs).eval()
+    x = images().double()
+    assert ours.activation == "gelu_tanh" and from_timm(small_timm()).activation == "gelu"
+    with torch.no_grad():
+        assert rel_err(ours(x), theirs(x)) <= 1e-12
+        assert rel_err(to_timm(ours).eval()(x), theirs(x)) <= 1e-12  # float64 kept, not rounded to float32
+    with pytest.raises(ConfigError, match="GELU activations"):
+        from_timm(MlpMixer(num_classes=2, img_size=IMG, patch_size=P, num_blocks=1, embed_dim=C,
+                           act_layer=torch.nn.ReLU))
 
 
 def test_timm_state_dict_round_trip_plain_and_wrapped(tmp_path):
@@ -155,11 +223,14 @@ def test_timm_state_dict_round_trip_plain_and_wrapped(tmp_path):
 
 
 def test_registered_original_variant_is_picked(tmp_path):
-    """Shapes of Table 1's S/32 pick mixer_s32_224; only the image size and class count are overrides."""
+    """Shapes of Table 1's S/32 pick mixer_s32_224; only the image size, class count and (for Flax's tanh
+    GELU) act are overrides."""
     source = pkmixer.create_model("mixer_s32_224", img_size=64, num_classes=3)
-    export_checkpoint(source, tmp_path / "s32.npz")
+    with pytest.warns(ActivationWarning):  # an exact-GELU model as Flax arrays
+        export_checkpoint(source, tmp_path / "s32.npz")
     imported = import_checkpoint(tmp_path / "s32.npz").model
-    assert imported.spec == ModelSpec("mixer_s32_224", {"img_size": 64, "num_classes": 3})
+    assert imported.spec == ModelSpec("mixer_s32_224", {"img_size": 64, "num_classes": 3, "act": "gelu_tanh"})
+    assert import_checkpoint(tmp_path / "s32.npz", act="gelu").model.spec == source.spec
     assert all(torch.equal(a, b) for a, b in zip(imported.state_dict().values(), source.state_dict().values()))
 
 
@@ -240,10 +311,19 @@ def test_convert_command_and_refusals(npz, tmp_path, capsys):
 
     dst = tmp_path / "m.pth"
     assert main(["convert", str(npz), str(dst), "--num-classes", "7", "--json"]) == 0
-    result = __import__("json").loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    result = __import__("json").loads(captured.out)
     assert (result["source_format"], result["destination_format"], result["num_classes"], result["head_replaced"]) \
         == ("flax", "timm", 7, True)
+    assert result["act"] == "gelu_tanh"  # Listing 1's, which a timm file cannot hold: one line of warning
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("pkmixer convert: warning: ") and "--act gelu_tanh" in err[0], err
     assert import_checkpoint(dst).model.num_classes == 7
+    exact = tmp_path / "exact.pth"
+    assert main(["convert", str(npz), str(exact), "--act", "gelu"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "act gelu" in captured.out
+    exact.unlink()
     before = dst.read_bytes()
     for args, needle in [([str(npz), str(dst)], "exists"), ([str(npz), str(tmp_path / "x.bin")], "suffix"),
                          ([str(tmp_path / "none.npz"), str(tmp_path / "y.pt")], "no checkpoint file"),

@@ -1,4 +1,6 @@
 """Every registered model: forward shape, backward, state-dict round trip, structure seeds, description."""
+import math
+
 import pytest
 import torch
 
@@ -155,3 +157,95 @@ def test_hidden_width_overrides():
     assert (m.token_hidden, m.channel_hidden) == (256, 100)
     with pytest.raises(pkmixer.ConfigError, match="no hidden layer"):
         pkmixer.create_model("smixer_s64_32", mlp_ratio=2)
+
+
+def test_mixer_gelu_tanh_is_listing1s_activation():
+    """act="gelu_tanh" is Flax's nn.gelu (Listing 1): the tanh approximation; the default stays the exact GELU."""
+    exact = pkmixer.create_model("mixer_f2_32", depth=1).eval()
+    tanh = pkmixer.create_model("mixer_f2_32", depth=1, act="gelu_tanh").eval()
+    assert (exact.activation, tanh.activation) == ("gelu", "gelu_tanh")
+    act = tanh.blocks[0].token.mixing.mlp.act
+    assert isinstance(act, torch.nn.GELU) and act.approximate == "tanh"
+    assert exact.blocks[0].channel.mixing.mlp.act.approximate == "none"
+    z = torch.linspace(-4, 4, 101, dtype=torch.float64)
+    flax_gelu = 0.5 * z * (1 + torch.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z ** 3)))  # jax.nn.gelu
+    assert torch.allclose(act(z), flax_gelu, rtol=0, atol=1e-15)
+    tanh.load_state_dict(exact.state_dict())  # same parameters, another network
+    torch.nn.init.normal_(exact.head.weight), tanh.head.weight.data.copy_(exact.head.weight)
+    x = _input(exact)
+    with torch.no_grad():
+        assert not torch.allclose(exact(x), tanh(x), rtol=0, atol=1e-7)
+    with pytest.raises(pkmixer.ConfigError, match="gelu_tanh"):
+        pkmixer.create_model("mixer_f2_32", act="tanh")
+
+
+def test_swmlp_has_no_head_norm_but_old_checkpoints_keep_theirs(tmp_path):
+    """App. A.2.5: no LayerNorm before the classifier. A checkpoint records head_norm; one written before the
+    option existed (no key) was a model with the norm, and loads as one."""
+    from pkmixer.models.convert import import_checkpoint
+    from pkmixer.train.checkpoint import load_model, read_checkpoint, save_model
+
+    new = pkmixer.create_model("swmlp_t4_28", depth=2)
+    assert not new.head_norm and isinstance(new.norm, torch.nn.Identity) and "norm.weight" not in new.state_dict()
+    with_norm = pkmixer.create_model("swmlp_t4_28", depth=2, head_norm=True)
+    assert isinstance(with_norm.norm, torch.nn.LayerNorm)
+    assert with_norm.info().params - new.info().params == 2 * new.width
+    with pytest.raises(pkmixer.ConfigError, match="head_norm"):
+        pkmixer.create_model("swmlp_t4_28", head_norm=1)
+    x = torch.randn(2, 1, 28, 28)
+    # a new checkpoint states head_norm=False; it loads as the model it was, spec unchanged
+    path = save_model(tmp_path / "new.pt", new)
+    assert torch.load(path, weights_only=True)["overrides"] == {"depth": 2, "head_norm": False}
+    assert load_model(path).spec == new.spec and not load_model(path).head_norm
+    # an old-style checkpoint: a model with the final norm, saved without the key
+    torch.nn.init.normal_(with_norm.head.weight)
+    torch.nn.init.normal_(with_norm.norm.weight)
+    old = torch.load(save_model(tmp_path / "tmp.pt", with_norm), weights_only=True)
+    assert old["overrides"].pop("head_norm") is True
+    torch.save(old, tmp_path / "old.pt")
+    assert read_checkpoint(tmp_path / "old.pt")["overrides"] == {"depth": 2, "head_norm": True}
+    for loaded in (load_model(tmp_path / "old.pt"), import_checkpoint(tmp_path / "old.pt").model):
+        assert loaded.head_norm and torch.equal(loaded.norm.weight, with_norm.norm.weight)
+        with torch.no_grad():
+            assert torch.equal(loaded.eval()(x), with_norm.eval()(x))
+        # written again, it states the norm explicitly
+        again = torch.load(save_model(tmp_path / "again.pt", loaded, overwrite=True), weights_only=True)
+        assert again["overrides"]["head_norm"] is True
+
+
+@pytest.mark.parametrize("head_norm", [False, True])
+def test_swmlp_equals_its_effective_mlp_with_and_without_head_norm(head_norm):
+    from pkmixer.theory.effective import effective_mlp
+
+    from conftest import perturb_, rel_err
+
+    model = perturb_(pkmixer.create_model("swmlp_t4_28", depth=2, head_norm=head_norm).double().eval())
+    x = torch.randn(3, 1, 28, 28, dtype=torch.float64)
+    with torch.no_grad():
+        assert rel_err(effective_mlp(model)(x), model(x)) < 1e-10
+
+
+def test_table1_states_the_three_gammas_of_mixer_bw():
+    """Table 1's Ω 2.6e8 and max width 6.2e5 imply γ ≈ 4.1, Table S.3's caption says γ = 4, App. C.3 (ours)
+    4.57: the table1 report states all three with the Ω and width each gives."""
+    from pkmixer.experiments import get_preset
+    from pkmixer.experiments.presets.table1 import bw_gamma_readings
+
+    table, s3, c3 = bw_gamma_readings()
+    S, C = 256, 588
+    assert table["gamma_from_omega"] == pytest.approx(2.6e8 / ((C * S * S + C * C * S) / 2), abs=1e-3) == 4.093
+    assert table["gamma_from_width"] == pytest.approx(4.119, abs=1e-3) and round(table["gamma"], 1) == 4.1
+    assert (s3["gamma"], s3["omega"], s3["max_width"]) == (4.0, 254_091_264, 602_112)  # Table S.3's Ω
+    # γ = 4.57 with D_S, D_C rounded down gives App. C.5's Ω = 290 217 984 exactly
+    assert (c3["gamma"], c3["omega"], c3["max_width"]) == (4.57, 290_217_984, 687_872)
+    base = {"dataset": "imagenet", "P": 16, "S": 196, "C": 768, "gamma": 4.0, "blocks": 12, "max_width": 602112,
+            "omega": 2.6e8, "connections": 1.0, "status": "finished"}
+    rows = [{**base, "model": "Mixer-B/16", "run": "b", "seed": 0, "final_test_error": 0.24},
+            {**base, "model": "Mixer-B-W", "run": "w", "seed": 0, "final_test_error": 0.23, "max_width": 687872}]
+    analysis = get_preset("table1").analyze(rows, None, "paper")
+    assert analysis.numbers["Mixer-B-W γ, Table 1"].endswith("imply γ ≈ 4.09 (from Ω) and 4.12 (from the width)")
+    assert analysis.numbers["Mixer-B-W γ, Table S.3 caption"] == "γ = 4: Ω 2.541e+08, max width 6.021e+05"
+    assert analysis.numbers["Mixer-B-W γ, App. C.3 (this run)"] == "γ = 4.57: Ω 2.902e+08, max width 6.879e+05"
+    assert len(analysis.tables["table1_bw_gamma"]) == 3 and "γ ≈ 4.1" in analysis.verdict
+    cifar = [{**r, "model": m} for r, m in zip(rows, ("Mixer-SS/8", "Mixer-SS-W"))]
+    assert not any("γ" in k for k in get_preset("table1").analyze(cifar, None, "paper").numbers)

@@ -350,18 +350,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     """Convert MLP-Mixer weights between Google's Flax ``.npz`` (Listing 1 names), timm ``.pth`` and pkmixer
-    ``.pt`` checkpoints, by the destination's suffix; --num-classes gives a new zero head (Mixer supp. C)."""
-    from .models.convert import convert_checkpoint
+    ``.pt`` checkpoints, by the destination's suffix; --num-classes gives a new zero head (Mixer supp. C).
+    A Flax ``.npz`` imports with Listing 1's tanh GELU, a timm ``.pth`` with the exact GELU (--act to choose);
+    writing a model to a format whose code computes the other GELU warns, one line on stderr."""
+    import warnings
 
-    result = convert_checkpoint(args.src, args.dst, model=args.model, num_classes=args.num_classes,
-                                img_size=args.img_size, overwrite=args.overwrite)
+    from .models.convert import ActivationWarning, convert_checkpoint
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ActivationWarning)
+        result = convert_checkpoint(args.src, args.dst, model=args.model, num_classes=args.num_classes,
+                                    img_size=args.img_size, overwrite=args.overwrite, act=args.act)
+    for w in caught:
+        if issubclass(w.category, ActivationWarning):
+            sys.stderr.write(f"pkmixer convert: warning: {w.message}\n")
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         head = ", new head" if result["head_replaced"] else ""
         print(f"{result['source']} ({result['source_format']}) -> {result['destination']} "
               f"({result['destination_format']}): {result['model']}, {result['params'] / 1e6:.2f}M parameters, "
-              f"{result['num_classes']} classes at {result['img_size']} px, {result['dtype']}{head}")
+              f"{result['num_classes']} classes at {result['img_size']} px, {result['dtype']}, "
+              f"act {result['act']}{head}")
     return 0
 
 
@@ -585,6 +597,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="the registered model the weights must fit (default: inferred from the shapes)")
     p.add_argument("--num-classes", type=int, help="a new zero head with this many classes")
     p.add_argument("--img-size", type=int, help="the image side (default: the checkpoint's, from its token count)")
+    p.add_argument("--act", choices=["gelu", "gelu_tanh"],
+                   help="the GELU of the model (default: gelu_tanh for a Flax .npz, as Listing 1's nn.gelu; gelu, the "
+                        "exact one, for a timm .pth; a pkmixer .pt's own)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing destination")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_convert)

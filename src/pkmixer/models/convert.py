@@ -10,7 +10,10 @@ official checkpoints hold. Tensors are copied unchanged, so every conversion is 
   ``stem/kernel`` (P, P, in, C; HWIO), ``MixerBlock_{i}/LayerNorm_0/scale|bias``,
   ``MixerBlock_{i}/token_mixing/Dense_{0,1}/kernel|bias`` (kernels (in, out)), ``MixerBlock_{i}/LayerNorm_1``,
   ``MixerBlock_{i}/channel_mixing/Dense_{0,1}``, ``pre_head_layer_norm/scale|bias``, ``head/kernel|bias``.
-  Listing 1 uses Flax's ``nn.gelu``, the tanh approximation; our Mixer, like timm, uses the exact GELU.
+* The activation: Listing 1 uses Flax's ``nn.gelu``, the tanh approximation (``act="gelu_tanh"``); timm and
+  our Mixer by default use the exact GELU (``act="gelu"``). No format but ours records it, so a Flax ``.npz``
+  imports as ``act="gelu_tanh"`` and a timm state dict as ``act="gelu"`` unless ``act`` says otherwise, and
+  writing a model to a format whose reader assumes the other GELU warns (:class:`ActivationWarning`).
 * Files: :func:`import_checkpoint` reads any of the three formats into a registered model (architecture
   inferred from the shapes, or checked against a named model; optionally a fresh head), and
   :func:`export_checkpoint` writes one; :func:`convert_checkpoint` is the two together (``pkmixer convert``).
@@ -23,6 +26,7 @@ import inspect
 import math
 import os
 import re
+import warnings
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,8 +40,8 @@ from torch import nn
 
 from ..atomic import write_atomically
 from ..errors import ConfigError, check_positive_int
-from ..train.checkpoint import FORMAT, VERSION, save_model
-from .mixer import Mixer
+from ..train.checkpoint import FORMAT, VERSION, save_model, with_checkpoint_defaults
+from .mixer import ACTIVATIONS, Mixer
 from .registry import ModelEntry, create_model, list_models, model_entry
 
 # (timm pattern, ours) - applied to the key with the block index substituted
@@ -76,10 +80,21 @@ def pkmixer_to_timm_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torc
     return _rename(state, _REVERSE_MAP)
 
 
+# the GELU each format's own code computes; a file records neither (Flax's nn.gelu is the tanh approximation)
+FORMAT_ACT = {"flax": "gelu_tanh", "timm": "gelu"}
+_FORMAT_NAMES = {"flax": "Flax (Listing 1)", "timm": "timm"}
+
+
+class ActivationWarning(UserWarning):
+    """A model goes to a checkpoint format whose own code computes another GELU than the model does."""
+
+
 def _check_listing1(model: nn.Module, target: str) -> None:
     """Raise unless ``model`` is Listing 1's MLP-Mixer, the one architecture timm and Flax checkpoints hold."""
     if not isinstance(model, Mixer) or model.block_kind != "mlp":
         raise ConfigError(f"only an MLP-Mixer (block='mlp') converts to or from {target}")
+    if model.activation not in FORMAT_ACT.values():
+        raise ConfigError(f"{target} has a GELU MLP-Mixer, not act={model.activation!r}: this Mixer does not convert")
     if model.rp_blocks or model.num_tokens != model.grid_tokens or model.blocks[0].token.skip is not None:
         raise ConfigError(f"{target} has no RP blocks and no token projection: this Mixer does not convert")
     if model.token_ablations:
@@ -95,16 +110,21 @@ def from_timm(timm_model: nn.Module) -> Mixer:
         raise ConfigError(f"expected a timm MlpMixer with MixerBlocks (mixer_*), got {type(timm_model).__name__}")
     proj = timm_model.stem.proj
     blk = timm_model.blocks[0]
+    act = blk.mlp_tokens.act
+    if type(act) is not nn.GELU or act.approximate not in ("none", "tanh"):
+        raise ConfigError(f"expected a timm MlpMixer with GELU activations, got {act}")
     ours = Mixer(img_size=timm_model.stem.img_size[0], patch_size=proj.kernel_size[0], in_chans=proj.in_channels,
                  num_classes=timm_model.num_classes, embed_dim=timm_model.embed_dim, depth=len(timm_model.blocks),
                  token_hidden=blk.mlp_tokens.fc1.out_features, channel_hidden=blk.mlp_channels.fc1.out_features,
-                 norm_eps=blk.norm1.eps)
+                 norm_eps=blk.norm1.eps, act="gelu" if act.approximate == "none" else "gelu_tanh")
+    ours.to(next(timm_model.parameters()).dtype)  # first, so that float64 weights are not rounded to float32
     ours.load_state_dict(timm_to_pkmixer_state_dict(timm_model.state_dict()))
     return ours
 
 
 def to_timm(model: Mixer) -> nn.Module:
-    """A timm ``MlpMixer`` with the architecture and weights of a normal MLP-Mixer."""
+    """A timm ``MlpMixer`` with the architecture and weights of a normal MLP-Mixer, and its GELU (a model with
+    ``act="gelu_tanh"`` gives a timm model built with the tanh GELU; timm's registered mixers use the exact one)."""
     from timm.models.mlp_mixer import MlpMixer
 
     _check_listing1(model, "timm")
@@ -113,9 +133,10 @@ def to_timm(model: Mixer) -> nn.Module:
     ratio = ((model.token_hidden + 0.5) / C, (model.channel_hidden + 0.5) / C)
     timm_model = MlpMixer(num_classes=model.num_classes, img_size=model.img_size, in_chans=model.in_chans,
                           patch_size=model.patch_size, num_blocks=model.depth, embed_dim=C, mlp_ratio=ratio,
-                          norm_layer=partial(nn.LayerNorm, eps=model.norm.eps))
+                          norm_layer=partial(nn.LayerNorm, eps=model.norm.eps), act_layer=ACTIVATIONS[model.activation])
+    timm_model.to(next(model.parameters()).dtype)  # first, so that float64 weights are not rounded to float32
     timm_model.load_state_dict(pkmixer_to_timm_state_dict(model.state_dict()))
-    return timm_model.to(next(model.parameters()).dtype)
+    return timm_model
 
 
 # ---- Flax names (Listing 1) ------------------------------------------------------------------------------
@@ -216,8 +237,9 @@ def pkmixer_to_flax_arrays(state: Mapping[str, torch.Tensor]) -> dict[str, np.nd
 DESTINATION_FORMATS = {".npz": "flax", ".pth": "timm", ".pt": "pkmixer"}  # by suffix
 _HEAD = {"flax": ("head/kernel", "head/bias"), "timm": ("head.weight", "head.bias"),
          "pkmixer": ("head.weight", "head.bias")}
-# what a Flax or timm checkpoint implies beyond its shapes: Listing 1's MLP-Mixer with ε = 1e-6
-_LISTING1 = {"block": "mlp", "rp_blocks": None, "num_tokens": None, "act": "gelu", "norm_eps": 1e-6}
+# what a Flax or timm checkpoint implies beyond its shapes: Listing 1's MLP-Mixer with ε = 1e-6 (and the GELU
+# of FORMAT_ACT, unless told another)
+_LISTING1 = {"block": "mlp", "rp_blocks": None, "num_tokens": None, "norm_eps": 1e-6}
 
 
 @dataclass(frozen=True)
@@ -266,7 +288,10 @@ def _read_torch(path: Path) -> tuple[str, dict[str, torch.Tensor], tuple[str, di
     if isinstance(payload, dict) and payload.get("format") == FORMAT:
         if payload.get("version") != VERSION:
             raise ConfigError(f"{path} has checkpoint version {payload.get('version')!r}; this pkmixer reads {VERSION}")
-        fmt, state, spec = "pkmixer", payload.get("state_dict"), (payload.get("model"), payload.get("overrides"))
+        overrides = payload.get("overrides")
+        if isinstance(overrides, dict):  # a file from before a default changed keeps its meaning
+            overrides = with_checkpoint_defaults(payload.get("model"), overrides)
+        fmt, state, spec = "pkmixer", payload.get("state_dict"), (payload.get("model"), overrides)
     else:  # timm: a state dict, or one wrapped by timm's training scripts
         fmt, spec = "timm", None
         state = next((payload[k] for k in ("state_dict", "model")
@@ -294,12 +319,13 @@ def _default(entry: ModelEntry, key: str) -> Any:
 
 
 def _infer_spec(path: Path, ours: dict[str, torch.Tensor], model: str | None, img_size: int | None,
-                num_classes: int | None) -> tuple[str, dict[str, Any]]:
-    """(registered name, overrides) for the Listing 1 Mixer whose weights are ``ours``.
+                num_classes: int | None, act: str) -> tuple[str, dict[str, Any]]:
+    """(registered name, overrides) for the Listing 1 Mixer with activation ``act`` whose weights are ``ours``.
 
     The architecture comes from the shapes; the image size from the token count unless ``img_size`` is
     given. With ``model`` that name is used (the caller then checks that the weights fit it); otherwise the
     original variant of Table 1 with the same shapes, or ``mixer_s16_224`` with every shape overridden.
+    ``act`` is an override wherever it differs from the model's default.
     """
     C, in_chans, P, P2 = ours["stem.weight"].shape
     if P != P2:
@@ -319,9 +345,21 @@ def _infer_spec(path: Path, ours: dict[str, torch.Tensor], model: str | None, im
         model = next((name for name in list_models() if model_entry(name).cls is Mixer
                       and all(_default(model_entry(name), k) == v for k, v in wanted.items())), None)
         if model is None:
-            return "mixer_s16_224", {**shapes, "img_size": size, "num_classes": classes, "norm_eps": 1e-6}
+            model = "mixer_s16_224"
+            shapes = {**shapes, "img_size": size, "num_classes": classes, "norm_eps": 1e-6}
+            return model, {**shapes, **_act_override(model_entry(model), act)}
     entry = model_entry(model)
-    return entry.name, {k: v for k, v in (("img_size", size), ("num_classes", classes)) if v != _default(entry, k)}
+    return entry.name, {**{k: v for k, v in (("img_size", size), ("num_classes", classes)) if v != _default(entry, k)},
+                        **_act_override(entry, act)}
+
+
+def _act_override(entry: ModelEntry, act: str, current: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """``{"act": act}`` unless that is what the entry with ``current`` overrides computes anyway."""
+    if act not in ACTIVATIONS:
+        raise ConfigError(f"act must be one of {', '.join(ACTIVATIONS)}, got {act!r}")
+    if "act" not in entry.accepted():
+        raise ConfigError(f"{entry.name} has no act option")
+    return {} if (current or {}).get("act", _default(entry, "act")) == act else {"act": act}
 
 
 def _check_fit(path: Path, what: str, found: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]],
@@ -341,13 +379,15 @@ def _check_fit(path: Path, what: str, found: dict[str, tuple[int, ...]], expecte
 
 
 def import_checkpoint(src: str | os.PathLike, *, model: str | None = None, num_classes: int | None = None,
-                      img_size: int | None = None) -> ImportedCheckpoint:
+                      img_size: int | None = None, act: str | None = None) -> ImportedCheckpoint:
     """A registered model with the weights of ``src``: a Flax ``.npz`` (Listing 1 names), a timm state dict
     (plain or under ``state_dict`` / ``model``) or a pkmixer checkpoint, all read without running code.
 
     ``model`` names the registered model the weights must fit (default: inferred from the shapes; a pkmixer
     checkpoint names its own). ``num_classes`` different from the checkpoint's gives a fresh zero head and
-    keeps every other weight. ``img_size`` defaults to the checkpoint's (from its token count).
+    keeps every other weight. ``img_size`` defaults to the checkpoint's (from its token count). ``act`` is
+    the activation (default: ``"gelu_tanh"`` for a Flax ``.npz``, as Listing 1 computes; ``"gelu"`` for a
+    timm state dict; what a pkmixer checkpoint records), an override of the model wherever it differs.
     """
     path = Path(src)
     if not path.is_file():
@@ -366,9 +406,11 @@ def import_checkpoint(src: str | os.PathLike, *, model: str | None = None, num_c
         ours = state
         overrides = {**overrides, **{k: v for k, v in (("img_size", img_size), ("num_classes", num_classes))
                                      if v is not None}}
+        if act is not None:
+            overrides |= _act_override(model_entry(name), act, overrides)
     else:
         ours = _listing1_to_ours(str(path), fmt, state)
-        name, overrides = _infer_spec(path, ours, model, img_size, num_classes)
+        name, overrides = _infer_spec(path, ours, model, img_size, num_classes, act or FORMAT_ACT[fmt])
     dtype = _float_dtype(path, ours)
     with torch.device("meta"):  # the shapes first, without allocating or initialising weights
         shapes = create_model(name, **overrides)
@@ -403,21 +445,36 @@ def _destination(dst: str | os.PathLike, overwrite: bool) -> tuple[Path, str]:
     return path, DESTINATION_FORMATS[path.suffix]
 
 
+def _warn_activation(model: Mixer, fmt: str, path: Path) -> None:
+    """An :class:`ActivationWarning` when the code that reads ``fmt`` computes another GELU than ``model``."""
+    if model.activation == FORMAT_ACT[fmt]:
+        return
+    warnings.warn(f"{path}: {_FORMAT_NAMES[fmt]} computes act={FORMAT_ACT[fmt]!r} and the file does not record "
+                  f"the activation, but this model has act={model.activation!r}: its logits there differ slightly "
+                  f"(about 1e-4 relative); import the file with act={model.activation!r} (pkmixer convert --act "
+                  f"{model.activation}) to get this model back", ActivationWarning, stacklevel=3)
+
+
 def export_checkpoint(model: nn.Module, dst: str | os.PathLike, *, overwrite: bool = False) -> str:
     """Write ``model`` atomically in the format of ``dst``'s suffix (see ``DESTINATION_FORMATS``); return it.
 
     ``.npz``: Listing 1's Flax arrays; ``.pth``: a timm state dict; ``.pt``: a pkmixer checkpoint
-    (:func:`pkmixer.train.checkpoint.save_model`; the model must come from ``create_model``).
+    (:func:`pkmixer.train.checkpoint.save_model`; the model must come from ``create_model``). Neither an
+    ``.npz`` nor a ``.pth`` records the activation: a model whose GELU is not the one the format's code
+    computes (``FORMAT_ACT``: Flax the tanh approximation, timm the exact GELU) is written with an
+    :class:`ActivationWarning`.
     """
     path, fmt = _destination(dst, overwrite)
     if fmt == "pkmixer":
         save_model(path, model, overwrite=overwrite)
     elif fmt == "flax":
         _check_listing1(model, "Flax")
+        _warn_activation(model, fmt, path)
         arrays = pkmixer_to_flax_arrays(model.state_dict())
         write_atomically(path, lambda f: np.savez(f, **arrays))
     else:
         _check_listing1(model, "timm")
+        _warn_activation(model, fmt, path)
         state = pkmixer_to_timm_state_dict({k: v.detach().cpu() for k, v in model.state_dict().items()})
         write_atomically(path, lambda f: torch.save(state, f))
     return fmt
@@ -425,17 +482,17 @@ def export_checkpoint(model: nn.Module, dst: str | os.PathLike, *, overwrite: bo
 
 def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, model: str | None = None,
                        num_classes: int | None = None, img_size: int | None = None,
-                       overwrite: bool = False) -> dict[str, Any]:
+                       overwrite: bool = False, act: str | None = None) -> dict[str, Any]:
     """:func:`import_checkpoint` ``src``, then :func:`export_checkpoint` to ``dst``; a summary of what ran.
 
     ``dst`` is checked (suffix; existing file without ``overwrite``) before ``src`` is read.
     """
     path, fmt = _destination(dst, overwrite)
-    imported = import_checkpoint(src, model=model, num_classes=num_classes, img_size=img_size)
+    imported = import_checkpoint(src, model=model, num_classes=num_classes, img_size=img_size, act=act)
     net = imported.model
     export_checkpoint(net, path, overwrite=overwrite)
     return {"source": str(src), "source_format": imported.source_format, "destination": str(path),
             "destination_format": fmt, "model": net.spec.name, "overrides": dict(net.spec.overrides),
             "params": sum(p.numel() for p in net.parameters()), "num_classes": net.num_classes,
             "img_size": net.img_size, "dtype": str(next(net.parameters()).dtype).removeprefix("torch."),
-            "head_replaced": imported.head_replaced}
+            "act": getattr(net, "activation", None), "head_replaced": imported.head_replaced}

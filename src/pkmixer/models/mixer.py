@@ -3,6 +3,8 @@
 * MLP-Mixer exactly as Listing 1 of the Mixer supplementary (Tolstikhin et al. 2021): per-patch stem,
   blocks of LayerNorm + token-mixing MLP + skip and LayerNorm + channel-mixing MLP + skip, pre-head
   LayerNorm, mean pooling over tokens, zero-initialised head; Flax default (LeCun normal) initialisation.
+  φ is the exact GELU by default (as timm); ``act="gelu_tanh"`` is Flax's ``nn.gelu``, the tanh approximation
+  that Listing 1 (and so Google's checkpoints) uses.
 * S-Mixer (Hayase & Karakida Eq. 5, S.7-S.8): ``block="fc"`` makes each mixing a single Dense + activation.
 * Tokens S independent of the patch grid S₀ (App. A.2.4): ``num_tokens=S`` makes the first token mixing map
   S₀ -> S with the skip SkipLayer(X) = LN(W̃ X), W̃ ∈ R^{S×S₀}; the paper uses it even when S = S₀.
@@ -40,7 +42,10 @@ from .info import ModelInfo
 BLOCK_KINDS = {"mlp": Mlp, "fc": FcAct}
 UNTIED_KINDS = {"mlp": BatchedMlp, "fc": BatchedFcAct}  # the same with one MLP per vector (supp. A.1)
 RP = ("random", "random")
-ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {"gelu": nn.GELU, "relu": nn.ReLU, "identity": nn.Identity}
+# φ by name. "gelu" is the exact GELU x·Φ(x) (timm, torch's default); "gelu_tanh" is the tanh approximation
+# 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))), Flax's nn.gelu and so Listing 1's (and Google's checkpoints').
+ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
+    "gelu": nn.GELU, "gelu_tanh": partial(nn.GELU, approximate="tanh"), "relu": nn.ReLU, "identity": nn.Identity}
 
 
 def tiled_token_order(grid: int, tiles: int) -> torch.Tensor:
@@ -171,7 +176,7 @@ class Mixer(nn.Module):
         group_views: bool = False,  # G trainable views R^C -> R^{C/G} instead of the plain regrouping (supp. A.1)
         token_schedule: Sequence[int] | None = None,  # S after each block's token mixing: a pyramid (supp. A.1)
         norm_eps: float = 1e-6,  # LayerNorm ε: 1e-6 as Flax/timm, 1e-5 in Hayase & Karakida (S.4)
-        act: str = "gelu",
+        act: str = "gelu",  # φ: "gelu" (exact), "gelu_tanh" (Listing 1's Flax nn.gelu), "relu", "identity"
         drop_rate: float = 0.0,  # dropout before the head
         proj_drop_rate: float = 0.0,  # dropout inside the mixing MLPs
         drop_path_rate: float = 0.0,  # stochastic depth, linear from 0 (first MLP) to this (last MLP)
@@ -212,6 +217,7 @@ class Mixer(nn.Module):
         self.embed_dim = C = embed_dim
         self.depth = depth
         self.block_kind = block
+        self.activation = act
         self.rp_blocks = _parse_rp_blocks(rp_blocks, depth)
         self.structure_seed = structure_seed
         self.untied_tokens, self.channel_groups, self.group_views = untied_tokens, G, group_views

@@ -1,7 +1,9 @@
 """Static sparse-weight MLP, SW-MLP (Hayase & Karakida Sec. 3.4, App. A.2.5; Golubeva et al. 2021).
 
 Per-patch FC -> vectorise the (S₀, C) features (d₀ = S₀·C) -> [a sparse input layer d₀ -> m when the width m
-differs from d₀] -> ``depth`` residual blocks of width m -> LayerNorm -> classifier. A block is
+differs from d₀] -> ``depth`` residual blocks of width m -> classifier, as App. A.2.5 has it (``head_norm=True``
+puts a LayerNorm before the classifier, as this class did by default before; checkpoints without the option
+load with it, see ``CHECKPOINT_DEFAULTS``). A block is
 
 * ``block="fc"`` (S.16):  x -> x + φ((M ⊙ W) LN(x)),
 * ``block="mlp"`` (S.17): x -> x + φ((M₂ ⊙ W₂) φ((M₁ ⊙ W₁) LN(x))) with hidden width γm,
@@ -51,6 +53,10 @@ class SparseBlock(nn.Module):
 class SWMLP(nn.Module):
     """Sparse-weight MLP with a per-patch FC stem; see the module docstring."""
 
+    # options whose default changed, with the value a checkpoint that does not record them was written with;
+    # pkmixer.train.checkpoint records them in every checkpoint and fills them in when reading an older one
+    CHECKPOINT_DEFAULTS = {"head_norm": True}
+
     def __init__(
         self,
         *,
@@ -68,6 +74,7 @@ class SWMLP(nn.Module):
         structure_seed: int = 0,  # seed of the frozen masks
         norm_eps: float = 1e-5,
         act: str = "gelu",
+        head_norm: bool = False,  # a LayerNorm before the classifier; App. A.2.5 has none
         drop_rate: float = 0.0,
         drop_path_rate: float = 0.0,
     ) -> None:
@@ -84,6 +91,8 @@ class SWMLP(nn.Module):
             raise ConfigError(f"weight_format must be one of {', '.join(SPARSE_LAYERS)}, got {weight_format!r}")
         if act not in ACTIVATIONS:
             raise ConfigError(f"act must be one of {', '.join(ACTIVATIONS)}, got {act!r}")
+        if not isinstance(head_norm, bool):
+            raise ConfigError(f"head_norm must be true or false, got {head_norm!r}")
         check_rate("drop_rate", drop_rate)
         check_rate("drop_path_rate", drop_path_rate)
         check_positive("norm_eps", norm_eps)
@@ -98,6 +107,7 @@ class SWMLP(nn.Module):
         self.density, self.depth, self.block_kind, self.gamma = density, depth, block, gamma
         self.hidden = max(1, int(gamma * self.width)) if block == "mlp" else None
         self.weight_format, self.structure_seed = weight_format, structure_seed
+        self.activation, self.head_norm = act, head_norm
 
         generator = torch.Generator().manual_seed(structure_seed)
         linear_cls = SPARSE_LAYERS[weight_format]
@@ -111,7 +121,8 @@ class SWMLP(nn.Module):
         self.blocks = nn.ModuleList(
             SparseBlock(self.width, self.hidden, make_linear, ACTIVATIONS[act], norm_eps, dpr[i])
             for i in range(depth))
-        self.norm = nn.LayerNorm(self.width, eps=norm_eps)
+        # the identity without head_norm, so that forward_features and the effective MLP read it alike
+        self.norm = nn.LayerNorm(self.width, eps=norm_eps) if head_norm else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(self.width, num_classes)
         lecun_normal_(self.stem.weight)

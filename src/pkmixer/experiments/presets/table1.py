@@ -22,7 +22,11 @@ Scales:
   ImageNet (App. C.3, C.5): ``mixer_b16_224`` (Tolstikhin et al.'s B/16: 12 blocks, D_S = 384, D_C = 3072)
   and ``mixer_bw14_224`` (P = 14, S = 256, C = 588, γ = 4.57, 8 blocks), both with App. C.5's timm recipe and
   LayerNorm ε = 1e-5, 3 seeds. The paper quotes B/16's 23.56 % from Tolstikhin et al. (their recipe); here
-  both are trained alike. Our connection counts (Ω × mixing layers) are 253 M and 275 M for SS/8 and SS-W,
+  both are trained alike. Mixer-B-W's γ has three readings, which the report states with their Ω and max
+  width (:func:`bw_gamma_readings`): Table 1's Ω ≈ 2.6e8 and max width ≈ 6.2e5 imply γ ≈ 4.1; Table S.3's
+  caption gives the same S, C, L with γ = 4 (Ω 2.54e8, width 6.0e5); App. C.3 says γ = 4.57, which we use
+  (Ω 2.90e8 - App. C.5's Ω = 290 217 984 of the γ = 4 B/16 shape, exactly, after rounding D_S, D_C down -
+  and width 6.9e5). Our connection counts (Ω × mixing layers) are 253 M and 275 M for SS/8 and SS-W,
   where the paper lists 256 M and 255 M.
 * ``small`` - Fashion-MNIST: P = 7, S = 16, C = 128 against P = 4, S = 49 and C = 57, the C that gives the same
   Ω (Eq. 14), 2 blocks, γ = 4, 4 epochs of AdamW on 10 000 images, 3 seeds: 6 runs.
@@ -34,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from ...models.registry import create_model
+from ...models.registry import create_model, model_entry
 from ...theory.width import mixer_omega, tokens_for_channels
 from ..preset import Analysis, Preset, register_preset
 from ..report import aggregate, format_mean_std
@@ -44,6 +48,10 @@ from .measures import finished, gap
 
 PAPER_DATASETS = ("cifar10", "cifar100", "imagenet")
 GAMMA = 4.0
+# Mixer-B-W in the paper: Table 1 (lower) prints its Ω and max width to two digits; Table S.3's caption lists
+# its S, C, L with γ = 4; App. C.3 gives γ = 4.57, the registered mixer_bw14_224's mlp_ratio
+TABLE1_BW = {"omega": 2.6e8, "max_width": 6.2e5}
+TABLE_S3_GAMMA = 4.0
 # image side -> (baseline patch, baseline C, wide patch) at small scale
 SMALL_PAIRS = {28: (7, 128, 4), 32: (8, 128, 4), 8: (4, 24, 2)}
 
@@ -68,6 +76,43 @@ def _describe(options: dict) -> dict:
     return {"P": model.patch_size, "S": info.num_tokens, "C": info.embed_dim,
             "gamma": round(info.gamma_channel, 3), "max_width": info.max_width, "omega": info.connections,
             "connections": info.connections * info.mixing_layers, "blocks": info.depth}
+
+
+def bw_gamma_readings() -> list[dict]:
+    """The three γ of Mixer-B-W (S = 256, C = 588, L = 8) with the Ω per layer and max width γSC each gives.
+
+    * Table 1: γ from its printed Ω (Eq. 14: Ω = γ(CS² + C²S)/2) and from its printed max width (γSC);
+    * Table S.3's caption: γ = 4;
+    * App. C.3: γ = 4.57, the registered ``mixer_bw14_224``; its Ω and width are the built model's (D_S and D_C
+      rounded down to integers).
+    """
+    with torch.device("meta"):
+        model = create_model("mixer_bw14_224")
+    info = model.info()
+    S, C = info.num_tokens, info.embed_dim
+    per_gamma = mixer_omega(C, S, 1.0)
+    implied = (TABLE1_BW["omega"] / per_gamma, TABLE1_BW["max_width"] / (S * C))
+    return [
+        {"source": "Table 1 (implied)", "gamma": round(sum(implied) / 2, 3),
+         "gamma_from_omega": round(implied[0], 3), "gamma_from_width": round(implied[1], 3),
+         "omega": TABLE1_BW["omega"], "max_width": TABLE1_BW["max_width"]},
+        {"source": "Table S.3 caption", "gamma": TABLE_S3_GAMMA, "omega": mixer_omega(C, S, TABLE_S3_GAMMA),
+         "max_width": TABLE_S3_GAMMA * S * C},
+        {"source": "App. C.3 (mixer_bw14_224, trained here)",
+         "gamma": model_entry(model.spec.name).defaults["mlp_ratio"], "omega": info.connections,
+         "max_width": info.max_width},
+    ]
+
+
+def _bw_numbers() -> dict[str, str]:
+    table, s3, c3 = bw_gamma_readings()
+    return {"Mixer-B-W γ, Table 1": (f"Ω {table['omega']:.2g} and max width {table['max_width']:.2g} imply "
+                                     f"γ ≈ {table['gamma_from_omega']:.2f} (from Ω) and "
+                                     f"{table['gamma_from_width']:.2f} (from the width)"),
+            "Mixer-B-W γ, Table S.3 caption": (f"γ = {s3['gamma']:g}: Ω {s3['omega']:.4g}, "
+                                               f"max width {s3['max_width']:.4g}"),
+            "Mixer-B-W γ, App. C.3 (this run)": (f"γ = {c3['gamma']:g}: Ω {c3['omega']:.4g}, "
+                                                 f"max width {c3['max_width']:.4g}")}
 
 
 @register_preset
@@ -138,8 +183,14 @@ class Table1(Preset):
             supported = None if scale == "smoke" else better
         if scale == "smoke":
             verdict += " (Smoke scale: too short to decide.)"
+        tables = {"table1": table}
+        if any(r.get("model") == "Mixer-B-W" for r in rows):  # the paper's three γ for it, side by side
+            numbers |= _bw_numbers()
+            tables["table1_bw_gamma"] = bw_gamma_readings()
+            verdict += (" Mixer-B-W here has App. C.3's γ; Table 1's Ω and width imply γ ≈ 4.1 and Table S.3's "
+                        "caption says γ = 4.")
         figure = _bars(points, ", ".join(sorted({str(r.get("dataset")) for r in rows})))
-        return Analysis(figures={"table1": figure}, tables={"table1": table}, numbers=numbers, verdict=verdict,
+        return Analysis(figures={"table1": figure}, tables=tables, numbers=numbers, verdict=verdict,
                         supported=supported)
 
 
