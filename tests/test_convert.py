@@ -326,7 +326,7 @@ def test_convert_command_and_refusals(npz, tmp_path, capsys):
     exact.unlink()
     before = dst.read_bytes()
     for args, needle in [([str(npz), str(dst)], "exists"), ([str(npz), str(tmp_path / "x.bin")], "suffix"),
-                         ([str(tmp_path / "none.npz"), str(tmp_path / "y.pt")], "no checkpoint file"),
+                         ([str(tmp_path / "none.npz"), str(tmp_path / "y.pt")], "checkpoint file at"),
                          ([str(npz), str(tmp_path / "z.pt"), "--model", "mixer_b16_224"], "does not fit")]:
         assert main(["convert", *args]) == 2
         err = capsys.readouterr().err
