@@ -49,7 +49,7 @@ def test_digits_reach_90_percent(tmp_path):
     assert summary["status"] == "finished"
     assert summary["best_test_error"] <= 0.10
     run = tmp_path / "run"
-    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.yaml", "metrics.jsonl", "summary.json"]
+    assert sorted(p.name for p in run.iterdir()) == [".lock", "checkpoints", "config.yaml", "metrics.jsonl", "summary.json"]
     assert len(_metrics(run)) == 12
     # eval reproduces the best checkpoint's error exactly
     result = loop.evaluate_run(run, "best")
@@ -158,9 +158,9 @@ def test_refusals_leave_disk_untouched(tmp_path, capsys):
         (["train", *settings, "--run-dir", str(run)], "exists; pass --resume"),
         (["train", "--set", "optim.lr=-1", "--run-dir", str(tmp_path / "x")], "optim.lr"),
         (["train", "--set", "data.name=cifar10", "--set", f"data.data_dir={tmp_path / 'nothing'}",
-          "--run-dir", str(tmp_path / "y")], "CIFAR-10"),
+          "--run-dir", str(tmp_path / "y")], "nothing"),
         (["train", "--run-dir", str(run), "--resume", "--set", "optim.lr=0.5"], "keeps its own config"),
-        (["train", "--run-dir", str(tmp_path / "none"), "--resume"], "to resume from"),
+        (["train", "--run-dir", str(tmp_path / "none"), "--resume"], "no run directory"),
         (["eval", str(tmp_path / "none")], "not a run directory"),
         (["train", str(tmp_path / "missing.yaml")], "no config file"),
         (["train", "--set", "model.name=nope"], "unknown model"),

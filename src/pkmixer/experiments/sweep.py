@@ -38,7 +38,6 @@ import io
 import json
 import os
 import re
-import shutil
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -57,7 +56,6 @@ DONE = ("finished", "diverged")  # a run in one of these states is never run aga
 NEUTRAL_KEYS = {("data", "data_dir"), ("data", "download"), ("data", "workers"), ("run", "progress"),
                 ("run", "device"), ("run", "tensorboard")}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+-]*")
-_RUN_FILES = {"config.yaml", "metrics.jsonl", "summary.json", "error.txt", "checkpoints", "tensorboard"}
 
 
 @dataclass(frozen=True)
@@ -253,16 +251,6 @@ def load_rows(sweep_dir: Path) -> list[dict]:
             for s in specs]
 
 
-def _clear_unstarted(run_dir: Path) -> None:
-    """Remove a run directory that never reached its first checkpoint, if it holds only what a run writes."""
-    if run_dir.is_symlink() or not run_dir.is_dir():
-        raise ConfigError(f"{run_dir} is not a run directory of this sweep; move it away")
-    foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in _RUN_FILES)
-    if foreign:
-        raise ConfigError(f"{run_dir} holds files a run does not write ({', '.join(foreign[:3])}); move them away")
-    shutil.rmtree(run_dir)
-
-
 # ---- one run (in a worker process, a Ray task or this process) ------------------------------------------
 
 
@@ -290,12 +278,9 @@ def execute_run(name: str, config: dict[str, Any], run_dir: str, log_path: str, 
             if (run / "checkpoints" / "latest.pt").is_file():
                 log(f"--- resuming {name} from its latest checkpoint")
                 train(None, run, resume=True, log=log)
-            else:
-                if run.exists():
-                    log(f"--- {name} has no checkpoint yet: starting afresh")
-                    _clear_unstarted(run)
+            else:  # a directory killed before its first checkpoint starts afresh (train's resume does that)
                 log(f"--- starting {name}")
-                train(build_config(config), run, log=log)
+                train(build_config(config), run, resume=run.exists(), log=log)
         except TrainingDiverged as err:
             log(f"diverged: {err}")
             return {"name": name, "status": "diverged", "error": str(err)}

@@ -84,10 +84,21 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 
 def load_model(path: str | os.PathLike) -> nn.Module:
     """Rebuild the model of a checkpoint and load its weights, permutations and masks."""
-    payload = read_checkpoint(path)
-    model = create_model(payload["model"], **payload["overrides"])
+    return model_from_checkpoint(read_checkpoint(path), path)
+
+
+def model_from_checkpoint(payload: dict[str, Any], where: str | os.PathLike) -> nn.Module:
+    """The model a checkpoint dictionary names, with its weights; ConfigError when they do not fit."""
+    try:
+        model = create_model(payload["model"], **payload["overrides"])
+    except (KeyError, TypeError) as err:
+        raise ConfigError(f"{where}: the checkpoint does not name a model and its options ({err})") from None
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}") from None
     try:
         model.load_state_dict(payload["state_dict"])
-    except RuntimeError as err:
-        raise ConfigError(f"{path}: weights do not fit {payload['model']} ({str(err).splitlines()[1].strip()})")
+    except (RuntimeError, KeyError, TypeError) as err:
+        lines = str(err).splitlines()
+        detail = (lines[1] if len(lines) > 1 else lines[0] if lines else type(err).__name__).strip()
+        raise ConfigError(f"{where}: weights do not fit {payload['model']} ({detail})") from None
     return model

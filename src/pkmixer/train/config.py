@@ -231,4 +231,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def save_yaml(cfg: TrainConfig, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(cfg.as_dict(), sort_keys=False))
+    """Write the resolved config atomically (a kill leaves the old file or the new one)."""
+    from ..atomic import write_text_atomically
+
+    write_text_atomically(Path(path), yaml.safe_dump(cfg.as_dict(), sort_keys=False))

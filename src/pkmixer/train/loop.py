@@ -1,29 +1,27 @@
 """Training and evaluation runs (Hayase & Karakida App. C, Table S.2; Mixer supp. B, C).
 
-A run directory holds everything needed to know what ran, to resume and to evaluate:
-
-    config.yaml            the resolved configuration
-    metrics.jsonl          one JSON line per epoch: losses, top-1 test error, learning rate, time
-    checkpoints/latest.pt  model, optimiser, schedule, epoch and RNG states (written atomically)
-    checkpoints/best.pt    the same at the lowest test error so far
-    summary.json           the final state: finished or diverged, best and last test error, wall time
-    tensorboard/           scalars, when run.tensorboard is set
-
-Resuming restores the weights, the optimiser and schedule, and the Python, NumPy and torch RNG states; the
-data order of epoch e depends only on (seed, e). So on CPU in deterministic mode a run stopped after any
-epoch - or killed in the middle of one - and resumed ends with the same weights and metrics as a run that
-never stopped. A loss that becomes NaN or infinite stops the run and keeps the last good checkpoint.
+A run directory (:mod:`pkmixer.train.rundir`) holds everything needed to know what ran, to resume and to
+evaluate. Resuming restores the weights, the optimiser and schedule, and the Python, NumPy and torch RNG
+states; the data order of epoch e depends only on (seed, e). The invariant: at every instant - whatever is
+killed when - the run directory is a state from which ``--resume`` reproduces the uninterrupted run
+bit-for-bit on CPU in deterministic mode (checkpoints, every metrics row and the summary; timing fields
+excepted). It holds because every file is written atomically and an epoch ends with, in this order: its
+metrics row, ``best.pt`` when it improved, ``latest.pt`` when due. A kill before ``latest.pt`` is renamed
+into place trains the epoch again from the previous checkpoint, dropping the rows after it, and rewrites the
+same ``best.pt``; a kill after it has nothing left to do for that epoch. One process trains a run at a time
+(:class:`~pkmixer.train.rundir.RunLock`). A loss that becomes NaN or infinite stops the run and keeps the
+last good checkpoint.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import os
 import random
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -39,25 +37,15 @@ from ..errors import ConfigError
 from ..models.convert import import_checkpoint
 from ..models.registry import create_model
 from ..models.resolution import enlarged_options, enlarged_state_dict
+from ..atomic import write_text_atomically
 from . import distributed as dist_
-from .checkpoint import read_checkpoint, save_model
+from .checkpoint import model_from_checkpoint, read_checkpoint, save_model
 from .config import TrainConfig, build_config, load_yaml, save_yaml
+from .rundir import RunDir, RunLock
 
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite."""
-
-
-@dataclass(frozen=True)
-class RunDir:
-    root: Path
-
-    config = property(lambda self: self.root / "config.yaml")
-    metrics = property(lambda self: self.root / "metrics.jsonl")
-    latest = property(lambda self: self.root / "checkpoints" / "latest.pt")
-    best = property(lambda self: self.root / "checkpoints" / "best.pt")
-    summary = property(lambda self: self.root / "summary.json")
-    tensorboard = property(lambda self: self.root / "tensorboard")
 
 
 def default_run_dir(cfg: TrainConfig) -> Path:
@@ -126,15 +114,14 @@ def _datasets(cfg: TrainConfig, splits: tuple[str, ...]) -> dict:
             for split in splits}
 
 
-def _model_and_data(cfg: TrainConfig, splits: tuple[str, ...], checkpoint: dict[str, Any] | None = None
-                    ) -> tuple[nn.Module, dict]:
+def _model_and_data(cfg: TrainConfig, splits: tuple[str, ...], checkpoint: dict[str, Any] | None = None,
+                    where: Path | None = None) -> tuple[nn.Module, dict]:
     """The data splits and the model; with ``checkpoint`` the model is that checkpoint's (resume, eval)."""
     sets = _datasets(cfg, splits)
     if checkpoint is None:
         model = build_model(cfg, sets[splits[0]].info.num_classes)
     else:
-        model = create_model(checkpoint["model"], **checkpoint["overrides"])
-        model.load_state_dict(checkpoint["state_dict"])
+        model = model_from_checkpoint(checkpoint, where)
     for split, ds in sets.items():
         ds.transform = _transform(cfg, model, split == "train")
     return model, sets
@@ -229,19 +216,41 @@ def evaluate(model: nn.Module, loader, ctx: dist_.Context, cfg: TrainConfig) -> 
 # ---- the run --------------------------------------------------------------------------------------------
 
 
-def _prepare(run: RunDir, cfg: TrainConfig | None, resume: bool) -> TrainConfig:
-    if resume:
-        if not run.config.is_file() or not run.latest.is_file():
-            raise ConfigError(f"{run.root} has no config.yaml and checkpoints/latest.pt to resume from")
-        saved = build_config(load_yaml(run.config))
+TRAINING_STATE = ("optimizer", "scheduler", "epoch", "best_test_error", "rng")
+
+
+def _saved_config(run: RunDir) -> TrainConfig:
+    try:
+        return build_config(load_yaml(run.config))
+    except ConfigError as err:
+        raise ConfigError(f"{run.config}: {err}") from None
+
+
+def _prepare(run: RunDir, cfg: TrainConfig | None, resume: bool, main: bool,
+             log: Callable[[str], None]) -> tuple[TrainConfig, bool]:
+    """The run's config and whether it continues from ``checkpoints/latest.pt``. Called under the run's lock
+    (on the main process, which also removes what a kill left: temporary files; a run without a checkpoint)."""
+    if not resume:
+        if cfg is None:
+            raise ValueError("a new run needs a config")
+        return cfg, False
+    if main:
+        run.remove_temp_files()
+    if run.latest.is_file():
+        if not run.config.is_file():
+            raise ConfigError(f"{run.root} has checkpoints/latest.pt but no config.yaml; it was not written by pkmixer")
+        saved = _saved_config(run)
         if cfg is not None and cfg != saved:
             raise ConfigError("a resumed run keeps its own config; drop the config file and --set options")
-        return saved
-    if cfg is None:
-        raise ValueError("a new run needs a config")
-    if run.root.exists():
-        raise ConfigError(f"run directory {run.root} exists; pass --resume to continue it, or choose another --run-dir")
-    return cfg
+        return saved, True
+    chosen = cfg or (_saved_config(run) if run.config.is_file() else None)  # nothing trained: cfg may differ
+    if chosen is None:
+        raise ConfigError(f"{run.root} holds no checkpoint and no config.yaml: nothing to resume; give the "
+                          "config to start the run afresh")
+    if main:
+        run.clear_unstarted()  # refuses a directory with files a run does not write
+        log(f"{run.root} never reached its first checkpoint: starting it afresh")
+    return chosen, False
 
 
 def resolve_auto_data(cfg: TrainConfig, log: Callable[[str], None]) -> TrainConfig:
@@ -262,25 +271,47 @@ def train(cfg: TrainConfig | None, run_dir: str | Path, resume: bool = False, st
           log: Callable[[str], None] = print) -> dict[str, Any]:
     """Train (or resume) a run; returns its summary. ConfigError for bad input, TrainingDiverged on NaN.
 
-    ``stop_after`` ends this invocation after that many epochs, leaving the run resumable (a job-time limit).
+    ``resume`` continues from ``checkpoints/latest.pt``; a directory killed before its first checkpoint (holding
+    only what a run writes) starts afresh, with its own config.yaml or ``cfg``. ``stop_after`` ends this
+    invocation after that many epochs, leaving the run resumable (a job-time limit). The main process holds
+    the run's lock for the whole call.
     """
-    if stop_after is not None and stop_after <= 0:
-        raise ConfigError(f"--stop-after must be positive, got {stop_after}")
+    if stop_after is not None and (isinstance(stop_after, bool) or not isinstance(stop_after, int) or stop_after <= 0):
+        raise ConfigError(f"--stop-after must be a positive integer, got {stop_after!r}")
     run = RunDir(Path(run_dir))
-    cfg = _prepare(run, cfg, resume)
-    cfg = resolve_auto_data(cfg, log)
-    ctx = dist_.setup(cfg.run.device)
-    try:
-        return _train(cfg, run, resume, ctx, log, stop_after)
-    finally:
-        dist_.teardown()
+    main = int(os.environ.get("RANK", "0")) == 0
+    with _claim(run, resume) if main else nullcontext():
+        cfg, resuming = _prepare(run, cfg, resume, main, log)
+        cfg = resolve_auto_data(cfg, log)
+        ctx = dist_.setup(cfg.run.device)
+        try:
+            return _train(cfg, run, resuming, ctx, log, stop_after)
+        finally:
+            dist_.teardown()
+
+
+def _claim(run: RunDir, resume: bool) -> RunLock:
+    """The run's lock; a new run's directory is made here (and must not exist), a resumed run's must."""
+    if resume:
+        if not run.root.is_dir():
+            raise ConfigError(f"no run directory at {run.root} to resume")
+    else:
+        if run.root.exists():
+            raise ConfigError(f"run directory {run.root} exists; pass --resume to continue it, or choose another --run-dir")
+        try:
+            run.root.mkdir(parents=True)
+        except FileExistsError:
+            raise ConfigError(f"run directory {run.root} was just made by another process") from None
+        except OSError as err:
+            raise ConfigError(f"cannot make the run directory {run.root}: {err.strerror}") from None
+    return RunLock(run, made_dir=not resume)
 
 
 def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log: Callable[[str], None],
            stop_after: int | None) -> dict:
     _seed_everything(cfg.run.seed, cfg.run.deterministic)
     payload = read_checkpoint(run.latest) if resume else None
-    model, sets = _model_and_data(cfg, ("train", "test"), payload)
+    model, sets = _model_and_data(cfg, ("train", "test"), payload, run.latest)
     train_set, test_set = sets["train"], sets["test"]
     train_loader, train_sampler, train_gen = _loader(train_set, cfg.data.batch_size, ctx, cfg, train=True)
     test_loader, _, _ = _loader(test_set, cfg.data.eval_batch_size, ctx, cfg, train=False)
@@ -297,14 +328,19 @@ def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log:
     scheduler = _scheduler(cfg, optimizer, len(train_loader))
     start_epoch, best_error = 0, math.inf
     if payload is not None:
+        missing = [key for key in TRAINING_STATE if key not in payload]
+        if missing:
+            raise ConfigError(f"{run.latest} is a model checkpoint without the training state ({', '.join(missing)})")
         optimizer.load_state_dict(payload["optimizer"])
         scheduler.load_state_dict(payload["scheduler"])
         start_epoch, best_error = payload["epoch"], payload["best_test_error"]
         _set_rng_state(payload["rng"])
+    else:  # again: modules imported while building data and model may have drawn from Python's or NumPy's RNG
+        random.seed(cfg.run.seed)
+        np.random.seed(cfg.run.seed)
     if ctx.is_main:
-        run.root.mkdir(parents=True, exist_ok=True)
         if resume:
-            _truncate_metrics(run.metrics, start_epoch)
+            run.truncate_metrics(start_epoch)
         else:
             save_yaml(cfg, run.config)
     net: nn.Module = model
@@ -330,16 +366,15 @@ def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log:
                    "lr": optimizer.param_groups[0]["lr"], "epoch_time": time.time() - t0}
         improved = metrics["test_error"] < best_error
         best_error = min(best_error, metrics["test_error"])
-        if ctx.is_main:
-            with run.metrics.open("a") as f:  # metrics first: a kill before the checkpoint repeats the epoch
-                f.write(json.dumps(metrics) + "\n")
+        if ctx.is_main:  # the order that keeps the run resumable at every instant: see the module docstring
+            run.append_metrics(metrics)
             last = epoch + 1 == end_epoch
             if last or (epoch + 1) % cfg.run.save_every == 0 or improved:
                 state = dict(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(), epoch=epoch + 1,
                              best_test_error=best_error, rng=_rng_state(), config=cfg.as_dict())
-                save_model(run.latest, model, overwrite=True, **state)
                 if improved:
                     save_model(run.best, model, overwrite=True, **state)
+                save_model(run.latest, model, overwrite=True, **state)
             if writer is not None:
                 for key in ("train_loss", "test_loss", "test_error", "lr"):
                     writer.add_scalar(key, metrics[key], epoch + 1)
@@ -349,10 +384,10 @@ def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log:
     finished = end_epoch == cfg.schedule.epochs
     summary = {"status": "finished" if finished else "stopped", "epochs_done": end_epoch,
                "epochs": cfg.schedule.epochs, "best_test_error": best_error,
-               "final_test_error": metrics.get("test_error", _last_metrics(run.metrics).get("test_error")),
+               "final_test_error": metrics.get("test_error", (run.read_metrics() or [{}])[-1].get("test_error")),
                "params": params, "wall_time": time.time() - started, "processes": ctx.world}
     if ctx.is_main:
-        run.summary.write_text(json.dumps(summary, indent=2))
+        write_text_atomically(run.summary, json.dumps(summary, indent=2))
         if writer is not None:
             writer.close()
     return summary
@@ -391,7 +426,7 @@ def _train_epoch(net, loader, optimizer, scheduler, criterion, mixup, epoch, cfg
 
 def _write_diverged(run: RunDir, ctx: dist_.Context, epoch: int) -> None:
     if ctx.is_main:
-        run.summary.write_text(json.dumps({"status": "diverged", "epoch": epoch + 1}, indent=2))
+        write_text_atomically(run.summary, json.dumps({"status": "diverged", "epoch": epoch + 1}, indent=2))
 
 
 def _tensorboard(cfg: TrainConfig, run: RunDir):
@@ -402,19 +437,6 @@ def _tensorboard(cfg: TrainConfig, run: RunDir):
     except ImportError:
         raise ConfigError("run.tensorboard needs the tensorboard package: pip install tensorboard") from None
     return SummaryWriter(str(run.tensorboard))
-
-
-def _truncate_metrics(path: Path, epochs_done: int) -> None:
-    """Drop metric lines of epochs after the checkpoint (written before a kill), so no row is duplicated."""
-    if not path.exists():
-        return
-    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["epoch"] <= epochs_done]
-    path.write_text("".join(line + "\n" for line in keep))
-
-
-def _last_metrics(path: Path) -> dict[str, Any]:
-    lines = path.read_text().splitlines() if path.exists() else []
-    return json.loads(lines[-1]) if lines else {}
 
 
 def evaluate_run(run_dir: str | Path, which: str = "best") -> dict[str, Any]:
@@ -428,7 +450,7 @@ def evaluate_run(run_dir: str | Path, which: str = "best") -> dict[str, Any]:
     path = run.best if which == "best" else run.latest
     payload = read_checkpoint(path)
     ctx = dist_.Context(0, 1, torch.device("cuda" if torch.cuda.is_available() and cfg.run.device != "cpu" else "cpu"))
-    model, sets = _model_and_data(cfg, ("test",), payload)
+    model, sets = _model_and_data(cfg, ("test",), payload, path)
     model.to(ctx.device)
     loader, _, _ = _loader(sets["test"], cfg.data.eval_batch_size, ctx, cfg, train=False)
     return {"run": str(run.root), "checkpoint": which, "epoch": payload["epoch"], **evaluate(model, loader, ctx, cfg)}

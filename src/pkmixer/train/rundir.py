@@ -1,0 +1,140 @@
+"""A run directory: its files, the lock of the one process that trains it, and the repairs a resume makes.
+
+::
+
+    .lock                  held (flock) by the process that trains the run, for its whole life
+    config.yaml            the resolved configuration
+    metrics.jsonl          one JSON line per epoch (appended whole; a kill can cut only the last line)
+    checkpoints/latest.pt  model, optimiser, schedule, epoch, best error and RNG states
+    checkpoints/best.pt    the same at the lowest test error so far
+    summary.json           finished, stopped or diverged; best and last test error; wall time
+    error.txt              why a sweep's run failed (written by the sweep)
+    tensorboard/           scalars, when run.tensorboard is set
+
+Every file is written atomically (:mod:`pkmixer.atomic`), so at every instant the directory is a state that
+``--resume`` continues to the result of an uninterrupted run (see :func:`pkmixer.train.loop.train` for the
+order of the writes that makes this hold). Temporary files a kill left behind are removed under the lock.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..atomic import append_line, is_temp_file, read_jsonl, write_text_atomically
+from ..errors import ConfigError
+
+# what a run (or the sweep around it) writes into its directory; anything else is the user's
+RUN_FILES = frozenset({".lock", "config.yaml", "metrics.jsonl", "summary.json", "error.txt", "checkpoints",
+                       "tensorboard"})
+
+
+@dataclass(frozen=True)
+class RunDir:
+    root: Path
+
+    lock = property(lambda self: self.root / ".lock")
+    config = property(lambda self: self.root / "config.yaml")
+    metrics = property(lambda self: self.root / "metrics.jsonl")
+    checkpoints = property(lambda self: self.root / "checkpoints")
+    latest = property(lambda self: self.root / "checkpoints" / "latest.pt")
+    best = property(lambda self: self.root / "checkpoints" / "best.pt")
+    summary = property(lambda self: self.root / "summary.json")
+    error = property(lambda self: self.root / "error.txt")
+    tensorboard = property(lambda self: self.root / "tensorboard")
+
+    def foreign_files(self) -> list[str]:
+        """Names in the directory that no run writes (a temporary file of ours counts as a run's)."""
+        return sorted(p.name for p in self.root.iterdir() if p.name not in RUN_FILES and not is_temp_file(p))
+
+    def remove_temp_files(self) -> list[Path]:
+        """Remove the temporary files a kill left (call only under the run's lock); returns them."""
+        found = [p for folder in (self.root, self.checkpoints) if folder.is_dir()
+                 for p in folder.iterdir() if is_temp_file(p) and p.is_file()]
+        for p in found:
+            p.unlink(missing_ok=True)
+        return found
+
+    def clear_unstarted(self) -> None:
+        """Empty a run that never reached its first checkpoint (under its lock), keeping the lock file.
+        Refused when the directory holds anything a run does not write."""
+        foreign = self.foreign_files()
+        if foreign:
+            raise ConfigError(f"{self.root} holds files a run does not write ({', '.join(foreign[:3])}); "
+                              "move them away or choose another --run-dir")
+        for p in self.root.iterdir():
+            if p.name == ".lock":
+                continue
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+
+    # ---- metrics ----------------------------------------------------------------------------------------
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """The metrics rows (a line cut by a kill dropped)."""
+        try:
+            return read_jsonl(self.metrics)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise ConfigError(f"{self.metrics} is damaged ({err}); it is not something a kill leaves") from None
+
+    def append_metrics(self, row: dict[str, Any]) -> None:
+        import json
+
+        append_line(self.metrics, json.dumps(row))
+
+    def truncate_metrics(self, epochs_done: int) -> None:
+        """Keep the rows of epochs up to the checkpoint's (rows after it and a cut line were written before a
+        kill, and the epochs are trained again). Rewritten atomically, and only when something must go."""
+        if not self.metrics.exists():
+            return
+        import json
+
+        rows = self.read_metrics()
+        keep = [r for r in rows if r.get("epoch", 0) <= epochs_done]
+        text = "".join(json.dumps(r) + "\n" for r in keep)
+        if text.encode("utf-8") != self.metrics.read_bytes():
+            write_text_atomically(self.metrics, text)
+
+
+class RunLock:
+    """The lock of the one process that trains a run directory (``flock`` on ``.lock``, released by the
+    kernel when the process dies, however it dies). A second process is refused at once."""
+
+    def __init__(self, run: RunDir, made_dir: bool = False) -> None:
+        self.run, self.made_dir = run, made_dir  # made_dir: the directory was made for this lock's holder
+        self.fd: int | None = None
+        self.made_file = False
+
+    def __enter__(self) -> RunLock:
+        self.made_file = not self.run.lock.exists()
+        fd = os.open(self.run.lock, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.fstat(fd).st_ino != os.stat(self.run.lock).st_ino:  # removed by a holder that gave up
+                raise OSError
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            os.close(fd)
+            raise ConfigError(f"another process{f' (pid {holder})' if holder else ''} is training {self.run.root}; "
+                              "wait for it to end") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+        return self
+
+    def __exit__(self, kind: type | None, *exc: object) -> None:
+        if self.fd is None:
+            return
+        if kind is not None and issubclass(kind, ConfigError):  # refused input: leave no trace of the attempt
+            if self.made_dir and {p.name for p in self.run.root.iterdir()} == {".lock"}:
+                self.run.lock.unlink()
+                self.run.root.rmdir()
+            elif self.made_file:
+                self.run.lock.unlink()
+        os.close(self.fd)  # after the unlink: no other process can lock the removed file meanwhile
+        self.fd = None
