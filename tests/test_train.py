@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from pkmixer.cli import main
-from pkmixer.train import loop
+from pkmixer.train import engine, loop
 from pkmixer.train.checkpoint import read_checkpoint
 from pkmixer.train.config import build_config
 
@@ -128,7 +128,7 @@ def test_torchrun_two_processes_match_one(tmp_path):
 def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch, capsys):
     """Fault injection: once the first checkpoint exists, the model's training outputs turn to NaN."""
     run = tmp_path / "run"
-    real_build = loop.build_model
+    real_build = engine.build_model
 
     def poisoned(cfg, num_classes):
         model = real_build(cfg, num_classes)
@@ -139,7 +139,7 @@ def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch, capsys)
         model.register_forward_hook(hook)
         return model
 
-    monkeypatch.setattr(loop, "build_model", poisoned)
+    monkeypatch.setattr(engine, "build_model", poisoned)
     args = [arg for k, v in SYNTH.items() for arg in ("--set", f"{k}={v}")]
     code = main(["train", *args, "--run-dir", str(run)])
     err = capsys.readouterr().err
@@ -161,7 +161,7 @@ def test_refusals_leave_disk_untouched(tmp_path, capsys):
           "--run-dir", str(tmp_path / "y")], "nothing"),
         (["train", "--run-dir", str(run), "--resume", "--set", "optim.lr=0.5"], "keeps its own config"),
         (["train", "--run-dir", str(tmp_path / "none"), "--resume"], "no run directory"),
-        (["eval", str(tmp_path / "none")], "not a run directory"),
+        (["eval", str(tmp_path / "none")], "no run directory or checkpoint"),
         (["train", str(tmp_path / "missing.yaml")], "no config file"),
         (["train", "--set", "model.name=nope"], "unknown model"),
     ]

@@ -39,6 +39,8 @@ from .pk import inverse_permutation
 class BatchedLinear(nn.Module):
     """n independent Dense maps: (..., n, in) -> (..., n, out), row j through weight[j] (out, in) and bias[j]."""
 
+    decayed_parameters = ("weight",)  # not the (n, out) bias: weight decay by role (pkmixer.layers.decay)
+
     def __init__(self, n: int, in_features: int, out_features: int) -> None:
         super().__init__()
         self.n, self.in_features, self.out_features = n, in_features, out_features

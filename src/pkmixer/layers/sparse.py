@@ -79,6 +79,8 @@ def _draw_sparse_weight(in_features: int, out_features: int, density: float, gen
 class MaskedLinear(nn.Module):
     """Dense weight times a frozen Bernoulli(p) mask: the reference representation."""
 
+    decayed_parameters = ("weight",)  # weight decay by role (pkmixer.layers.decay)
+
     def __init__(self, in_features: int, out_features: int, density: float, generator: torch.Generator,
                  bias: bool = True) -> None:
         super().__init__()
@@ -184,6 +186,8 @@ class SparseLinear(nn.Module):
     Trains with CSR kernels (:class:`CsrLinearFunction`); ``csr_pattern`` derives the pattern from ``indices``
     on first use and again whenever ``indices`` is replaced, moved or loaded.
     """
+
+    decayed_parameters = ("values",)  # the kept weights, 1-D: weight decay by role (pkmixer.layers.decay)
 
     def __init__(self, in_features: int, out_features: int, density: float, generator: torch.Generator,
                  bias: bool = True) -> None:

@@ -22,6 +22,8 @@ from ..errors import check_positive_int
 class KroneckerLinear(nn.Module):
     """(V ⊗ W) x: n1² + n2² parameters for an n×n map."""
 
+    decayed_parameters = ("V", "W")  # weight decay by role (pkmixer.layers.decay)
+
     def __init__(self, n1: int, n2: int) -> None:
         super().__init__()
         self.n1, self.n2 = check_positive_int("n1", n1), check_positive_int("n2", n2)
@@ -36,6 +38,8 @@ class KroneckerLinear(nn.Module):
 
 class MonarchLinear(nn.Module):
     """J_cᵀ L J_c R x with free blocks: n1·n2² + n2·n1² parameters for an n×n map."""
+
+    decayed_parameters = ("R", "L")  # weight decay by role (pkmixer.layers.decay)
 
     def __init__(self, n1: int, n2: int) -> None:
         super().__init__()

@@ -62,6 +62,7 @@ class OptimConfig:
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)  # AdamW
     clip_grad: float | None = None  # clip the global gradient norm to this
+    ema_decay: float | None = None  # Polyak average of the weights, e.g. 0.9999 (Mixer supp. A.2: no consistent gain)
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ class RunConfig:
     seed: int = 0
     deterministic: bool = True  # deterministic algorithms; on CPU a resumed run equals an uninterrupted one
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    amp: Literal["auto", "bf16", "off"] = "auto"  # auto: bf16 autocast on GPU, off on CPU
+    amp: Literal["off", "bf16", "auto"] = "off"  # off: fp32 as the paper (App. C.3); auto: bf16 on GPU only
+    tf32: bool = False  # TF32 matrix products on CUDA (faster, about 10 bits of mantissa)
     compile: bool = False  # torch.compile the model
     progress: bool = True  # progress bar on a terminal
     tensorboard: bool = False  # also write TensorBoard scalars (needs the tensorboard package)

@@ -1,0 +1,284 @@
+"""The step engine of a run: model and data, forward/backward, update, evaluation (Hayase & Karakida App. C,
+Table S.2; Mixer supp. B, C).
+
+:class:`StepEngine` knows nothing of run directories: the run (:mod:`pkmixer.train.loop`) builds it, asks it
+for one epoch at a time, and saves and restores what it returns from :meth:`StepEngine.state_dict`
+(optimiser, schedule, Polyak average). The same functions build the model and data for evaluation.
+"""
+from __future__ import annotations
+
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from timm.scheduler import CosineLRScheduler
+from torch import nn
+from tqdm import tqdm
+
+from ..data import build_dataset, build_loss, build_mixup, build_transform, dataset_info
+from ..errors import ConfigError
+from ..layers.decay import decayed_parameters
+from ..models.convert import import_checkpoint
+from ..models.registry import create_model
+from ..models.resolution import enlarged_options, enlarged_state_dict
+from . import distributed as dist_
+from .checkpoint import model_from_checkpoint
+from .config import TrainConfig
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite."""
+
+
+# ---- model and data -------------------------------------------------------------------------------------
+
+
+def build_model(cfg: TrainConfig, num_classes: int) -> nn.Module:
+    """The registered model, with the data set's class count unless the config sets one; with ``model.init``,
+    started from that checkpoint (:func:`_model_from_init`)."""
+    options = dict(cfg.model.options)
+    options.setdefault("num_classes", num_classes)
+    if cfg.model.init:
+        return _model_from_init(cfg.model.name, cfg.model.init, options)
+    return create_model(cfg.model.name, **options)
+
+
+def _model_from_init(name: str, path: str, options: dict[str, Any]) -> nn.Module:
+    """The checkpoint's architecture and weights, at the configured image size - enlarged block-diagonally
+    when larger (Mixer supp. C) - and class count (a fresh head when it differs). The checkpoint is a
+    pkmixer ``.pt``, a timm state dict or a Flax ``.npz`` of Google's (:func:`import_checkpoint`)."""
+    source = import_checkpoint(path).model
+    if source.spec.name != name:
+        raise ConfigError(f"model.init {path} holds a {source.spec.name}, not the configured {name}")
+    size = options.get("img_size", getattr(source, "img_size", None))
+    if size != getattr(source, "img_size", None):
+        if size % source.img_size:
+            raise ConfigError(f"model.img_size={size} is not an integer multiple of the checkpoint's "
+                              f"{source.img_size} px (Mixer supp. C enlarges by integer factors)")
+        factor = size // source.img_size
+        base, state = enlarged_options(source, factor), enlarged_state_dict(source, factor)
+    else:
+        base, state = dict(source.spec.overrides), source.state_dict()
+    model = create_model(name, **{**base, **options})
+    own = model.state_dict()
+    head = [k for k in state if k.startswith("head.") and k in own and state[k].shape != own[k].shape]
+    for k in head:
+        del state[k]
+    try:
+        model.load_state_dict(state, strict=not head)
+    except RuntimeError as err:
+        raise ConfigError(f"model.init {path}: weights do not fit the model ({str(err).splitlines()[1].strip()})")
+    return model
+
+
+def transform_for(cfg: TrainConfig, model: nn.Module, train: bool):
+    """The per-example transform of a split, at the model's image size and channels."""
+    d = cfg.data
+    info = dataset_info(d.name)  # mean/std and channels; the class count comes from the built split
+    if not train:
+        return build_transform(info, train=False, img_size=model.img_size, in_chans=model.in_chans,
+                               resize=d.resize, eval_crop=d.eval_crop)
+    return build_transform(info, train=True, img_size=model.img_size, in_chans=model.in_chans,
+                           crop_padding=d.crop_padding, hflip=d.hflip, auto_augment=d.auto_augment,
+                           rand_augment=d.rand_augment, random_erasing=d.random_erasing,
+                           random_resized_crop=d.random_resized_crop, resize=d.resize)
+
+
+def build_splits(cfg: TrainConfig, splits: tuple[str, ...]) -> dict:
+    """The splits, without transforms yet: the model they feed is built from their class count."""
+    d = cfg.data
+    return {split: build_dataset(d.name, split, data_dir=d.data_dir, download=d.download,
+                                 val_fraction=d.val_fraction, seed=cfg.run.seed,
+                                 subset=d.train_subset if split == "train" else d.test_subset)
+            for split in splits}
+
+
+def model_and_data(cfg: TrainConfig, splits: tuple[str, ...], checkpoint: dict[str, Any] | None = None,
+                   where: Path | None = None) -> tuple[nn.Module, dict]:
+    """The data splits and the model; with ``checkpoint`` the model is that checkpoint's (resume, eval)."""
+    sets = build_splits(cfg, splits)
+    if checkpoint is None:
+        model = build_model(cfg, sets[splits[0]].info.num_classes)
+    else:
+        model = model_from_checkpoint(checkpoint, where)
+    for split, ds in sets.items():
+        ds.transform = transform_for(cfg, model, split == "train")
+    return model, sets
+
+
+def _worker_init(worker_id: int) -> None:
+    np.random.seed(torch.initial_seed() % 2**32)  # torch seeds Python's random itself
+
+
+def build_loader(dataset, batch_size: int, ctx: dist_.Context, cfg: TrainConfig, train: bool):
+    """A loader over global batches (:class:`~pkmixer.train.distributed.GlobalBatchSampler`), its sampler
+    and the generator that seeds its randomness (reseeded per epoch by the engine)."""
+    sampler = dist_.GlobalBatchSampler(len(dataset), batch_size, ctx, shuffle=train, seed=cfg.run.seed,
+                                       drop_last=train)
+    generator = torch.Generator()
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=cfg.data.workers,
+                                         worker_init_fn=_worker_init if cfg.data.workers else None,
+                                         generator=generator, pin_memory=ctx.device.type == "cuda")
+    return loader, sampler, generator
+
+
+# ---- optimisation ---------------------------------------------------------------------------------------
+
+
+def build_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
+    """SGD with Nesterov momentum (App. C.4) or AdamW (App. C.5); weight decay on the parameters whose role
+    is a weight, as each layer declares (:func:`~pkmixer.layers.decay.decayed_parameters`): not on biases,
+    norms or anything a layer leaves out, whatever their rank."""
+    decay_names = decayed_parameters(model)
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    decay = [p for n, p in named if n in decay_names]
+    rest = [p for n, p in named if n not in decay_names]
+    groups = [{"params": decay, "weight_decay": cfg.optim.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    o = cfg.optim
+    if o.name == "adamw":  # the fused kernel: one pass over all tensors, 8x the per-tensor loop on a CPU
+        fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in decay + rest)
+        return torch.optim.AdamW(groups, lr=o.lr, betas=o.betas, fused=fused or None)
+    return torch.optim.SGD(groups, lr=o.lr, momentum=o.momentum, nesterov=o.nesterov and o.momentum > 0)
+
+
+def build_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer, steps_per_epoch: int) -> CosineLRScheduler:
+    """Cosine annealing with linear warm-up, stepped every update."""
+    s = cfg.schedule
+    return CosineLRScheduler(optimizer, t_initial=s.epochs * steps_per_epoch, lr_min=s.min_lr,
+                             warmup_t=round(s.warmup_epochs * steps_per_epoch), warmup_lr_init=s.warmup_lr,
+                             t_in_epochs=False)
+
+
+def set_precision(cfg: TrainConfig) -> None:
+    """TF32 matrix products on CUDA only when ``run.tf32`` asks (the paper trained in fp32, App. C.3)."""
+    torch.backends.cuda.matmul.allow_tf32 = cfg.run.tf32
+    torch.backends.cudnn.allow_tf32 = cfg.run.tf32
+
+
+def autocast(cfg: TrainConfig, device: torch.device):
+    """bf16 autocast when ``run.amp`` is bf16 (or auto on a GPU); fp32 otherwise."""
+    use = cfg.run.amp == "bf16" or (cfg.run.amp == "auto" and device.type == "cuda")
+    return torch.autocast(device.type, dtype=torch.bfloat16) if use else nullcontext()
+
+
+def evaluate(model: nn.Module, loader, ctx: dist_.Context, cfg: TrainConfig) -> dict[str, float]:
+    """Top-1 error and mean cross-entropy over the loader (summed over all processes)."""
+    model.eval()
+    loss_sum = correct = count = 0.0
+    with torch.no_grad():
+        for images, labels in loader:
+            images, labels = images.to(ctx.device), labels.to(ctx.device)
+            with autocast(cfg, ctx.device):
+                logits = model(images)
+            loss_sum += float(nn.functional.cross_entropy(logits.float(), labels, reduction="sum"))
+            correct += float((logits.argmax(1) == labels).sum())
+            count += labels.numel()
+    loss_sum, correct, count = dist_.all_reduce_sum([loss_sum, correct, count], ctx)
+    return {"test_loss": loss_sum / count, "test_error": 1.0 - correct / count, "test_examples": int(count)}
+
+
+# ---- the engine -----------------------------------------------------------------------------------------
+
+
+class StepEngine:
+    """One run's training steps over per-example data loaders: the model (compiled, DDP-wrapped when asked),
+    optimiser, per-update schedule, mixup/cutmix, and - with ``optim.ema_decay`` - a Polyak average of the
+    weights (timm's ``ModelEmaV3``; Mixer supp. A.2 found no consistent gain, so it is off by default),
+    evaluated beside the raw weights."""
+
+    def __init__(self, cfg: TrainConfig, ctx: dist_.Context, model: nn.Module, train_set, test_set) -> None:
+        self.cfg, self.ctx, self.model = cfg, ctx, model
+        self.train_loader, self.sampler, self.generator = build_loader(train_set, cfg.data.batch_size, ctx, cfg, True)
+        self.test_loader, _, _ = build_loader(test_set, cfg.data.eval_batch_size, ctx, cfg, False)
+        if len(self.train_loader) == 0:
+            raise ConfigError(f"data.batch_size={cfg.data.batch_size} exceeds the {len(train_set)} training examples")
+        d = cfg.data
+        self.mixup = build_mixup(d.mixup, d.cutmix, d.mixup_switch_prob, d.label_smoothing, model.num_classes)
+        if self.mixup is not None and (d.batch_size // ctx.world) % 2:
+            raise ConfigError(f"mixup and cutmix pair examples within a batch: data.batch_size={d.batch_size} "
+                              f"must give an even batch per process")
+        self.criterion = build_loss(self.mixup is not None, d.label_smoothing)
+        set_precision(cfg)
+        model.to(ctx.device)
+        self.optimizer = build_optimizer(cfg, model)
+        self.scheduler = build_scheduler(cfg, self.optimizer, len(self.train_loader))
+        self.ema = None
+        if cfg.optim.ema_decay is not None:
+            from timm.utils import ModelEmaV3
+
+            self.ema = ModelEmaV3(model, decay=cfg.optim.ema_decay)
+        net: nn.Module = model
+        if cfg.run.compile:
+            net = torch.compile(net)
+        if ctx.world > 1:
+            net = nn.parallel.DistributedDataParallel(net, device_ids=[ctx.device] if ctx.device.type == "cuda"
+                                                      else None, broadcast_buffers=False)
+        self.net = net
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return len(self.train_loader)
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint needs beside the weights to continue exactly."""
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        if self.ema is not None:
+            state["ema"] = {k: v.detach().cpu() for k, v in self.ema.module.state_dict().items()}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any], where: Path) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.ema is not None:
+            if "ema" not in state:
+                raise ConfigError(f"{where} holds no Polyak average for optim.ema_decay")
+            self.ema.module.load_state_dict(state["ema"])
+
+    def train_epoch(self, epoch: int) -> float:
+        """One epoch of updates; the mean training loss. TrainingDiverged when the loss is not finite."""
+        cfg, ctx = self.cfg, self.ctx
+        self.sampler.set_epoch(epoch)
+        self.generator.manual_seed(cfg.run.seed * 100_003 + epoch)
+        self.net.train()
+        loss_sum = seen = 0.0
+        updates = epoch * len(self.train_loader)
+        show = ctx.is_main and cfg.run.progress and sys.stderr.isatty()
+        bar = tqdm(self.train_loader, desc=f"epoch {epoch + 1}/{cfg.schedule.epochs}", leave=False, disable=not show)
+        for images, labels in bar:
+            images, labels = images.to(ctx.device, non_blocking=True), labels.to(ctx.device, non_blocking=True)
+            if self.mixup is not None:
+                images, labels = self.mixup(images, labels)
+            with autocast(cfg, ctx.device):
+                loss = self.criterion(self.net(images), labels)
+            bad = not bool(torch.isfinite(loss))
+            if dist_.broadcast_flag(bad, ctx) if ctx.world > 1 else bad:
+                raise TrainingDiverged(f"the loss became {float(loss.detach())} in epoch {epoch + 1}")
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.optim.clip_grad is not None:
+                nn.utils.clip_grad_norm_(self.net.parameters(), cfg.optim.clip_grad)
+            self.optimizer.step()
+            updates += 1
+            self.scheduler.step_update(updates)
+            if self.ema is not None:
+                self.ema.update(self.model, step=updates)
+            loss_sum += float(loss.detach()) * labels.shape[0]
+            seen += labels.shape[0]
+            bar.set_postfix(loss=f"{float(loss.detach()):.4f}", lr=f"{self.lr:.2e}")
+        loss_sum, seen = dist_.all_reduce_sum([loss_sum, seen], ctx)
+        return loss_sum / seen
+
+    def evaluate(self) -> dict[str, float]:
+        """Test loss and error of the weights, and of their Polyak average (``ema_`` keys) when kept."""
+        result = evaluate(self.net, self.test_loader, self.ctx, self.cfg)
+        if self.ema is not None:
+            ema = evaluate(self.ema.module, self.test_loader, self.ctx, self.cfg)
+            result.update(ema_test_loss=ema["test_loss"], ema_test_error=ema["test_error"])
+        return result

@@ -1,0 +1,107 @@
+"""The step engine's recipe choices: weight decay by role (not rank), fp32 by default with the precision
+recorded, and the Polyak average (optim.ema_decay) evaluated, checkpointed and exact on resume."""
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from pkmixer.layers.decay import decayed_parameters
+from pkmixer.models.registry import create_model
+from pkmixer.train import loop
+from pkmixer.train.checkpoint import load_model, read_checkpoint
+from pkmixer.train.config import build_config
+
+from conftest import rel_err
+
+DIGITS = {"data.name": "digits", "data.batch_size": 32, "data.train_subset": 256, "data.test_subset": 128,
+          "model.img_size": 8, "model.patch_size": 2, "model.in_chans": 1, "optim.name": "adamw", "optim.lr": 0.01,
+          "schedule.epochs": 2, "run.progress": False}
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+def test_decay_follows_roles_not_rank():
+    sparse = create_model("swmlp_t4_28", weight_format="sparse")
+    names = decayed_parameters(sparse)
+    values = [n for n, p in sparse.named_parameters() if n.endswith(".values")]
+    assert values and all(sparse.get_parameter(n).ndim == 1 for n in values) and set(values) <= names
+    untied = create_model("mixer_untied_t4_28")
+    batched_bias = [n for n, p in untied.named_parameters() if n.endswith("bias") and p.ndim == 2]
+    assert batched_bias and not set(batched_bias) & decayed_parameters(untied)
+    for name, p in untied.named_parameters():  # everything else: matrices decayed, norms and biases not
+        if name not in batched_bias:
+            assert (name in decayed_parameters(untied)) == (p.ndim > 1), name
+
+
+def test_a_layer_must_declare_its_roles():
+    class Odd(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(3))
+
+    model = nn.Sequential(nn.Linear(3, 3), Odd())
+    with pytest.raises(TypeError, match="Odd has parameters \\(scale\\)"):
+        decayed_parameters(model)
+    Odd.decayed_parameters = ("scale",)
+    assert decayed_parameters(model) == {"0.weight", "1.scale"}
+
+
+def test_sparse_and_masked_swmlp_train_to_the_same_weights_with_weight_decay(tmp_path):
+    """App. A.2.5's SW-MLP in its two storage formats is one model: with weight decay on, both must end with
+    the same kept weights (a rank rule would decay the masked weights and never the sparse values)."""
+    ends = {}
+    for fmt in ("sparse", "masked"):
+        cfg = build_config(None, {**DIGITS, "model.name": "swmlp_t4_28", "model.weight_format": fmt,
+                                  "optim.weight_decay": 0.5})
+        loop.train(cfg, tmp_path / fmt, log=quiet)
+        model = load_model(tmp_path / fmt / "checkpoints" / "latest.pt")
+        ends[fmt] = [m.dense_weight() for m in model.modules() if hasattr(m, "dense_weight")]
+    assert len(ends["sparse"]) == len(ends["masked"]) > 0
+    for s, m in zip(ends["sparse"], ends["masked"]):  # float rounding only (CSR and dense products differ)
+        assert rel_err(s.detach(), m.detach()) < 1e-5
+
+
+def test_fp32_by_default_and_recorded(tmp_path):
+    cfg = build_config(None, {**DIGITS, "model.name": "smixer_t4_28", "schedule.epochs": 1})
+    assert cfg.run.amp == "off" and cfg.run.tf32 is False
+    summary = loop.train(cfg, tmp_path / "run", log=quiet)
+    assert summary["precision"] == "fp32"
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["precision"] == "fp32"
+    saved = (tmp_path / "run" / "config.yaml").read_text()
+    assert "amp: 'off'" in saved and "tf32: false" in saved
+
+
+def test_polyak_average_is_evaluated_checkpointed_and_exact_on_resume(tmp_path):
+    settings = {**DIGITS, "model.name": "smixer_t4_28", "schedule.epochs": 3, "optim.ema_decay": 0.9}
+    cfg = build_config(None, settings)
+    loop.train(cfg, tmp_path / "straight", log=quiet)
+    loop.train(cfg, tmp_path / "pieces", stop_after=1, log=quiet)
+    loop.train(None, tmp_path / "pieces", resume=True, log=quiet)
+    a, b = (read_checkpoint(tmp_path / run / "checkpoints" / "latest.pt") for run in ("straight", "pieces"))
+    assert a["ema"].keys() == a["state_dict"].keys()
+    for k in a["ema"]:
+        assert torch.equal(a["ema"][k], b["ema"][k]), k
+    rows = [json.loads(line) for line in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()]
+    assert all(0 <= row["ema_test_error"] <= 1 for row in rows)
+    # the average lags the weights: a decay near 0 follows them, a decay near 1 stays near the start
+    fast = build_config(None, {**settings, "optim.ema_decay": 1e-9, "schedule.epochs": 1})
+    loop.train(fast, tmp_path / "fast", log=quiet)
+    c = read_checkpoint(tmp_path / "fast" / "checkpoints" / "latest.pt")
+    for k, v in c["state_dict"].items():
+        assert torch.allclose(c["ema"][k], v, atol=1e-6), k
+    slow = build_config(None, {**settings, "optim.ema_decay": 0.999999, "schedule.epochs": 1})
+    loop.train(slow, tmp_path / "slow", log=quiet)
+    d = read_checkpoint(tmp_path / "slow" / "checkpoints" / "latest.pt")
+    moved = max(float((d["state_dict"][k] - d["ema"][k]).abs().max()) for k in d["ema"] if "weight" in k)
+    assert moved > 1e-3
+
+
+def test_ema_decay_outside_its_domain_is_refused():
+    from pkmixer.errors import ConfigError
+
+    for bad in (0, 1, 1.5, -0.1):
+        with pytest.raises(ConfigError, match="optim.ema_decay"):
+            build_config(None, {"optim.ema_decay": bad})
