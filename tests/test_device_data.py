@@ -17,6 +17,7 @@ from scipy import stats
 from test_data import write_cifar10, write_idx_set, write_imagefolder, write_stl10
 from timm.data import mixup as timm_mixup
 from timm.data import random_erasing as timm_erasing
+from torch.overrides import TorchFunctionMode
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
@@ -337,6 +338,32 @@ def test_an_epoch_over_resident_data_runs_with_every_augmentation():
                    global_size=b.global_size)
         assert x.shape == (32, 3, 32, 32) and x.dtype == torch.float32 and torch.isfinite(x).all()
         assert y.shape == (32, 10) and torch.allclose(y.sum(1), torch.ones(32))
+
+
+class NoHostSync(TorchFunctionMode):
+    """Fails on every tensor operation that makes the host wait for the device: reading a value (item, tolist,
+    bool, int, float, index, nonzero) or copying a host tensor to a device (torch.tensor, as_tensor, .to(device))."""
+
+    READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "numpy", "cpu", "cuda",
+             "tensor", "as_tensor", "from_numpy"}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", str(func))
+        moves = name == "to" and ("device" in kwargs or any(isinstance(a, (str, torch.device)) for a in args[1:]))
+        if name in self.READS or moves:
+            raise AssertionError(f"host synchronisation in the batched pipeline: {name}")
+        return func(*args, **kwargs)
+
+
+def test_the_batched_pipeline_never_reads_a_tensor_on_the_host():
+    aug = ba.build_batch_augment(CIFAR, **FULL)
+    x, y = byte_images(16), torch.arange(16) % 10
+    aug(x, y)  # device constants are copied once, on the first call
+    with NoHostSync():
+        out, target = aug(x, y, seed=0, epoch=0, step=1)
+    with pytest.raises(AssertionError, match="item"), NoHostSync():
+        x.sum().item()  # the guard works
 
 
 @pytest.mark.parametrize("eval_crop", [None, "resize-crop"])

@@ -258,28 +258,47 @@ def grey(x: torch.Tensor) -> torch.Tensor:
     return (g * _f32(255.5)).floor()[:, None]
 
 
-def autocontrast(x: torch.Tensor) -> torch.Tensor:
-    lo = x.amin(dim=(2, 3), keepdim=True)
-    hi = x.amax(dim=(2, 3), keepdim=True)
+def _levels(x: torch.Tensor) -> torch.Tensor:
+    return torch.arange(256, dtype=x.dtype, device=x.device)
+
+
+def autocontrast_lut(x: torch.Tensor) -> torch.Tensor:
+    """randaugment.autocontrast as a look-up table per image and channel: (n, C, 256)."""
+    v = _levels(x)
+    lo = x.amin(dim=(2, 3))[..., None]
+    hi = x.amax(dim=(2, 3))[..., None]
     wide = hi > lo
     scale = torch.full_like(lo, 255.0) / torch.where(wide, hi - lo, torch.ones_like(lo))
     offset = -lo * scale
-    return torch.where(wide, (x * scale + offset).clamp(0, 255).floor(), x)
+    return torch.where(wide, (v * scale + offset).clamp(0, 255).floor(), v)
+
+
+def equalize_lut(x: torch.Tensor) -> torch.Tensor:
+    """randaugment.equalize as a look-up table per image and channel, (n, C, 256): 256-bin histograms by an
+    integer scatter-add (exact in any order, so deterministic on CUDA too), then TF's table."""
+    n, c, h, w = x.shape
+    levels = x.reshape(n * c, h * w).long()
+    histo = torch.zeros(n * c, 256, dtype=torch.long, device=x.device).scatter_add_(1, levels,
+                                                                                     torch.ones_like(levels))
+    top = histo.gather(1, levels.amax(1, keepdim=True))  # the count of the largest value present
+    step = (h * w - top) // 255
+    lut = (histo.cumsum(1)[:, :-1] + step // 2) // step.clamp(min=1)
+    lut = torch.cat([torch.zeros_like(lut[:, :1]), lut], 1).clamp(0, 255).to(x.dtype)
+    return torch.where(step == 0, _levels(x), lut).reshape(n, c, 256)
+
+
+def apply_lut(x: torch.Tensor, lut: torch.Tensor) -> torch.Tensor:
+    """x (n, C, H, W) of byte levels through per-image, per-channel tables lut (n, C, 256)."""
+    n, c, h, w = x.shape
+    return torch.gather(lut, 2, x.reshape(n, c, h * w).long()).reshape(x.shape)
+
+
+def autocontrast(x: torch.Tensor) -> torch.Tensor:
+    return apply_lut(x, autocontrast_lut(x))
 
 
 def equalize(x: torch.Tensor) -> torch.Tensor:
-    """randaugment.equalize per image and channel, from sorted values (no histogram scatter, no host sync)."""
-    n, c, h, w = x.shape
-    flat = x.reshape(n * c, h * w)
-    ordered = flat.sort(dim=1).values
-    levels = torch.arange(256, dtype=x.dtype, device=x.device).expand(n * c, 256).contiguous()
-    cdf = torch.searchsorted(ordered, levels, right=True)  # (n·c, 256): how many values <= v
-    below_top = torch.searchsorted(ordered, ordered[:, -1:].contiguous(), right=False)  # values < the maximum
-    step = below_top // 255  # (total - count of the maximum) // 255
-    lut = (cdf[:, :-1] + step // 2) // step.clamp(min=1)
-    lut = torch.cat([torch.zeros_like(lut[:, :1]), lut], 1).clamp(0, 255).to(x.dtype)
-    out = torch.gather(lut, 1, flat.long())
-    return torch.where(step == 0, flat, out).reshape(n, c, h, w)
+    return apply_lut(x, equalize_lut(x))
 
 
 def sharpen_degenerate(x: torch.Tensor) -> torch.Tensor:
@@ -361,34 +380,42 @@ _OP = {op: k for k, op in enumerate(ra.OPS)}
 def rand_augment_layer(x: torch.Tensor, ops: torch.Tensor, negate: torch.Tensor, centers: torch.Tensor,
                        table: RandAugmentTable) -> torch.Tensor:
     """One layer of big_vision RandAugment: image i gets op ``ops[i]`` (sign ``negate[i]``, cutout centre
-    ``centers[i]``). x: (n, C, H, W) float holding byte levels 0..255. Every op is computed for the whole batch
-    and each image keeps its own op's result (``torch.where``), so nothing depends on the draws' values on the
-    host; the five geometric ops share one per-image affine map (identity for the other ops)."""
+    ``centers[i]``). x: (n, C, H, W) float holding byte levels 0..255. Nothing depends on the draws' values on
+    the host: every image goes through the same four stages, each the identity for the ops it does not concern -
+
+    1. a per-image, per-channel look-up table on byte levels: AutoContrast, Equalize, Invert, Posterize,
+       Solarize, SolarizeAdd, Contrast and Brightness (blends with a constant) are functions of the level;
+    2. a blend with a degenerate image: Color (its grey image) and Sharpness (its smoothed image);
+    3. one per-image affine map of the output grid: Rotate, ShearX/Y, TranslateX/Y (identity matrix otherwise);
+    4. the Cutout square.
+    """
     matrices, factors = table.on(x.device)
     n, _, h, w = x.shape
-    pick = lambda name: (ops == _OP[name])[:, None, None, None]  # noqa: E731
-    out = affine(x, matrices[ops, negate.long()], table.fill)  # geometric ops; identity otherwise
-    # the enhance ops are one blend with a per-op degenerate image and factor
-    degenerate = torch.where(pick("Color"), grey(x).expand_as(x),
-                             torch.where(pick("Contrast"), torch.full_like(x, table.contrast_level),
-                                         torch.where(pick("Brightness"), torch.zeros_like(x),
-                                                     sharpen_degenerate(x))))
-    enhance = (ops == _OP["Color"]) | (ops == _OP["Contrast"]) | (ops == _OP["Brightness"]) | \
-              (ops == _OP["Sharpness"])
-    out = torch.where(enhance[:, None, None, None], blend(degenerate, x, factors[ops]), out)
-    out = torch.where(pick("AutoContrast"), autocontrast(x), out)
-    out = torch.where(pick("Equalize"), equalize(x), out)
-    out = torch.where(pick("Invert"), 255 - x, out)
+    is_op = lambda name: (ops == _OP[name])[:, None, None]  # noqa: E731  (n, 1, 1) against (n, C, 256)
+    v = _levels(x)
+    f = factors[ops][:, None, None]
+    level = table.contrast_level
     step = float(2 ** table.shift)
-    out = torch.where(pick("Posterize"), torch.floor(x / step) * step, out)
-    out = torch.where(pick("Solarize"), torch.where(x < table.threshold, x, 255 - x), out)
-    out = torch.where(pick("SolarizeAdd"), torch.where(x < 128, (x + table.addition).clamp(0, 255), x), out)
+    lut = torch.where(is_op("AutoContrast"), autocontrast_lut(x), v)
+    lut = torch.where(is_op("Equalize"), equalize_lut(x), lut)
+    for name, values in (("Invert", 255 - v), ("Posterize", torch.floor(v / step) * step),
+                         ("Solarize", torch.where(v < table.threshold, v, 255 - v)),
+                         ("SolarizeAdd", torch.where(v < 128, (v + table.addition).clamp(0, 255), v))):
+        lut = torch.where(is_op(name), values, lut)
+    lut = torch.where(is_op("Contrast"), (level + f * (v - level)).clamp(0, 255).floor(), lut)
+    lut = torch.where(is_op("Brightness"), (f * v).clamp(0, 255).floor(), lut)
+    y = apply_lut(x, lut)
+    # Color and Sharpness: blend(degenerate, x, factor); for every other image blend(y, y, ·) = y
+    pick = lambda name: (ops == _OP[name])[:, None, None, None]  # noqa: E731
+    degenerate = torch.where(pick("Color"), grey(x).expand_as(x), torch.where(pick("Sharpness"),
+                                                                              sharpen_degenerate(x), y))
+    y = blend(degenerate, y, factors[ops])
+    y = affine(y, matrices[ops, negate.long()], table.fill)
     rows = torch.arange(h, device=x.device)[None, :, None]
     cols = torch.arange(w, device=x.device)[None, None, :]
     cy, cx, pad = centers[:, 0, None, None], centers[:, 1, None, None], table.cutout
     box = (rows >= cy - pad) & (rows < cy + pad) & (cols >= cx - pad) & (cols < cx + pad)  # (n, H, W)
-    cut = pick("Cutout") & box[:, None]
-    return torch.where(cut, torch.full_like(x, table.fill), out)
+    return torch.where(pick("Cutout") & box[:, None], table.fill, y)
 
 
 def rand_augment(x: torch.Tensor, ops: torch.Tensor, negate: torch.Tensor, centers: torch.Tensor,
@@ -493,6 +520,15 @@ class BatchAugment:
             self.erasing, self.mixing = 0.0, False
         self.mixup_alpha, self.cutmix_alpha, self.switch_prob = float(mixup_alpha), float(cutmix_alpha), switch_prob
         self.label_smoothing, self.num_classes = float(label_smoothing), num_classes
+        self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _stats(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """mean and std as (C, 1, 1) float32 on ``device``, copied there once (a copy from the host each step
+        would wait for the device)."""
+        if device not in self._on:
+            self._on[device] = tuple(torch.tensor(v, dtype=torch.float32).view(-1, 1, 1).to(device)
+                                     for v in (self.mean, self.std))
+        return self._on[device]
 
     @property
     def random(self) -> bool:
@@ -538,8 +574,7 @@ class BatchAugment:
         if as_bytes:
             x = x * (1.0 / 255)  # ToDtype(float32, scale=True)
         if self.normalize:
-            mean = torch.tensor(self.mean, dtype=x.dtype, device=x.device).view(-1, 1, 1)
-            std = torch.tensor(self.std, dtype=x.dtype, device=x.device).view(-1, 1, 1)
+            mean, std = self._stats(x.device)
             x = (x - mean) / std
         if self.erasing > 0:
             x = random_erase(x, draws.erase)
