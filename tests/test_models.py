@@ -7,6 +7,8 @@ import torch
 import pkmixer
 from pkmixer.models.registry import model_entry
 
+from test_contract import small_overrides
+
 # the largest models run at depth 2 by default (same widths); full depth under -m slow
 BIG = {"mixer_l32_224", "mixer_l16_224", "mixer_h14_224"}
 ALL = pkmixer.list_models()
@@ -42,7 +44,7 @@ def _check_model(name: str, **overrides) -> None:
     for n, p in model.named_parameters():
         assert p.grad is not None, f"{n} got no gradient"
         assert torch.isfinite(p.grad).all(), n
-    assert model.stem.weight.grad.abs().sum() > 0 if hasattr(model, "stem") else model.fc1 is not None
+        assert p.grad.abs().sum() > 0, f"{n} got a zero gradient"  # the stem and the first layer included
 
     # state dict round trip into a model with other random structure keeps permutations and masks
     model.eval()
@@ -59,6 +61,14 @@ def _check_model(name: str, **overrides) -> None:
 
 @pytest.mark.parametrize("name", ALL)
 def test_registered_model(name):
+    """Every registered model at a small size (tests/test_contract.py: S₀ = 16, 2 blocks, C = 8, ...)."""
+    _check_model(name, **small_overrides(name))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ALL)
+def test_registered_model_at_its_size(name):
+    """Every registered model at its registered size (the largest at depth 2; full depth below)."""
     _check_model(name)
 
 
@@ -100,15 +110,51 @@ def test_published_sizes():
     assert b16.connections == pytest.approx(2.6e8, rel=0.01)  # Hayase & Karakida Table 1, Mixer-B/16
 
 
-def test_connections_follow_eq14():
-    for S, C, gamma in [(16, 24, 2.0), (64, 64, 4.0), (30, 12, 1.0)]:
-        m = pkmixer.create_model("mixer_f2_32", depth=2, embed_dim=C, num_tokens=S, mlp_ratio=gamma)
-        # the first block maps S0 = 64 -> S, so count block 2 alone: Ω = γ(CS² + C²S)/2 per layer
-        second = pkmixer.create_model("mixer_f2_32", depth=1, embed_dim=C, mlp_ratio=gamma, img_size=4 * int(S ** 0.5)) \
-            if int(S ** 0.5) ** 2 == S else None
-        if second is not None:
-            assert second.info().connections == pytest.approx(gamma * (C * S * S + C * C * S) / 2)
-        assert m.info().effective_width == S * C
+def _eq14(info) -> float:
+    """Ω per mixing layer of Eq. 14, with γ_token and γ_channel apart: (γ_t C S² + γ_c C² S) / 2 (γ = 1: S-Mixer)."""
+    S, C = info.num_tokens, info.embed_dim
+    gamma_t, gamma_c = info.gamma_token or 1.0, info.gamma_channel or 1.0
+    return (gamma_t * C * S * S + gamma_c * C * C * S) / 2
+
+
+def _eq14_applies(model) -> bool:
+    """Eq. 14 counts blocks that keep S tokens with token MLPs of S inputs: not a first block that maps S₀ -> S,
+    a pyramid, or grouped channels (an (S·G)-input token MLP). Untied token MLPs have as many weights as one."""
+    return (model.info().family in ("MLP-Mixer", "S-Mixer") and set(model.token_schedule) == {model.grid_tokens}
+            and model.channel_groups == 1 and not model.group_views)
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if n.startswith(("mixer_", "smixer_", "rp_mixer_", "rp_smixer_"))])
+def test_registered_mixers_follow_eq14(name):
+    """Ω = γ(CS² + C²S)/2 per layer for every registered Mixer it applies to; the others are the pyramid,
+    grouped-channel and S₀ -> S models, whose own counts are checked in tests/test_ablations.py and below."""
+    with torch.device("meta"):
+        model = pkmixer.create_model(name)
+    if not _eq14_applies(model):
+        assert model.token_ablations or model.num_tokens != model.grid_tokens, name
+        return
+    info = model.info()
+    assert info.connections == pytest.approx(_eq14(info), rel=1e-12)
+    assert info.effective_width == info.num_tokens * info.embed_dim
+
+
+@pytest.mark.parametrize("S, C, gamma", [(16, 24, 2.0), (30, 12, 1.0), (7, 5, 4.0)])
+def test_connections_follow_eq14_after_a_token_projection(S, C, gamma):
+    """Any S, square or not: the first block maps S₀ = 64 -> S (App. A.2.4), the second keeps S, and its effective
+    layers (explicit matrices) have Ω = γ(CS² + C²S)/2 non-zeros on average (Eq. 14)."""
+    from pkmixer.theory.effective import effective_mlp
+
+    model = pkmixer.create_model("mixer_f2_32", depth=2, embed_dim=C, num_tokens=S, mlp_ratio=gamma)
+    info = model.info()
+    assert info.effective_width == S * C and info.num_tokens == S
+    second = [layer for layer in effective_mlp(model.double().eval()).layers() if layer.name.startswith("blocks.1.")]
+    assert len(second) == 4
+    assert sum(layer.weight._nnz() for layer in second) / 4 == gamma * (C * S * S + C * C * S) / 2
+    # the first block's token MLP reads S₀ = 64 tokens, so the model's mean Ω is not Eq. 14's
+    assert info.connections != pytest.approx(_eq14(info))
+
+
+def test_other_families_follow_eq13():
     s = pkmixer.create_model("smixer_s64_32").info()
     assert s.connections == (64 * 64 ** 2 + 64 ** 2 * 64) / 2  # S-Mixer: γ = 1
     sw = pkmixer.create_model("swmlp_o18_32").info()

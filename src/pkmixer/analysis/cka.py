@@ -20,6 +20,10 @@ Degenerate layers. A layer whose features are constant over all examples has HSI
 CKA; :meth:`MinibatchCKA.result` raises :class:`~pkmixer.errors.ConfigError` naming it (leave it out with
 ``layers_a`` / ``layers_b``). The unbiased HSIC₁ is an inner product of U-centred Gram matrices, so
 |CKA| ≤ 1; small negative values are possible for unrelated features.
+
+Models are read only through the intermediate-features part of the model contract
+(:class:`pkmixer.models.contract.HasIntermediates`: ``feature_names`` and ``forward_intermediates``), so any
+family - or any module with those two methods - can be compared.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from torch import nn
 
 from ..errors import ConfigError, unknown_name
 from ..figures import figure_path, save_figure
+from ..models import contract
 from ..models.features import check_where
 
 # centred features this small relative to the raw ones are round-off of constant features
@@ -182,6 +187,7 @@ def cka_matrix(model_a: nn.Module, model_b: nn.Module, batches: Iterable[torch.T
     check_where(where)
     picks = []
     for model, layers, label in ((model_a, layers_a, labels[0]), (model_b, layers_b, labels[1])):
+        contract.require(model, "CKA", contract.HasIntermediates, label)
         names = model.feature_names(where)
         picks.append((model, _select_layers(names, layers, label), names))
     acc = MinibatchCKA(*[[names[i] for i in idx] for _, idx, names in picks], labels=labels)

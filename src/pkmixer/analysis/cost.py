@@ -6,10 +6,12 @@ Conventions (all counts per image unless said otherwise):
 * MACs are the multiply-accumulates of convolutions and matrix products of a forward pass, computed
   analytically from the architecture (:func:`layer_costs`). This is the convention of the published numbers
   (Mixer-B/16: 12.6 G) and of :class:`torch.utils.flop_counter.FlopCounterMode`, which reports 2 FLOPs per
-  MAC (:func:`measured_macs`). A Dense inside a mixing layer runs once per Kronecker block
-  (``PKMixing.other`` rows); a sparse layer costs its kept weights (nnz) per row, a dense-masked one the full
-  in·out because it multiplies a dense matrix. Not counted: biases, LayerNorm, activations, pooling, residual
-  additions, the gathers of PK layers and the M ⊙ W product of a dense-masked layer (done once per batch).
+  MAC (:func:`measured_macs`). Each layer declares its MACs per input vector and each container the rows its
+  layers run on (the model contract, :mod:`pkmixer.models.contract`): a Dense inside a mixing layer runs once
+  per Kronecker block (``PKMixing.other`` rows), a per-patch stem once per patch; a sparse layer costs its kept
+  weights (nnz) per row, a dense-masked one the full in·out because it multiplies a dense matrix. Not counted:
+  biases, LayerNorm, activations, pooling, residual additions, the gathers of PK layers and the M ⊙ W product
+  of a dense-masked layer (done once per batch).
 * FLOPs = 2 × MACs; training FLOPs = 3 × forward FLOPs (the backward pass computes gradients with respect
   to the inputs and to the weights, each costing about one forward).
 * Memory: ``param_bytes`` are the parameter tensors as stored (a dense-masked weight is a full matrix) in
@@ -43,17 +45,13 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..errors import ConfigError, check_density, check_positive, check_positive_int, unknown_name
-from ..layers.ablations import BatchedLinear, GroupedTokenMixing
-from ..layers.pk import PKMixing
-from ..layers.sparse import MaskedLinear, SparseLinear
-from ..layers.structured import KroneckerLinear, MonarchLinear
-from ..models.mixer import Mixer, TokenProjectionSkip
-from ..models.registry import create_model
-from ..models.shallow import ShallowMLP
-from ..models.swmlp import SWMLP
+from ..models import contract
+from ..models.registry import create_model, model_entry
 from ..theory.width import optimal_channels, parse_omega, tokens_for_channels
 
-SUPPORTED = (Mixer, SWMLP, ShallowMLP)
+# the registered entries whose families fixed_omega_comparison builds (every default overridden) and
+# swmlp_expected_cost costs: the Mixer (MLP-Mixer and RP-Mixer) and the SW-MLP
+MIXER_ENTRY, SWMLP_ENTRY = "mixer_s64_32", "swmlp_f2_32"
 TRAIN_STATE_COPIES = 4  # weights, gradients and the two AdamW moments
 TRAIN_FLOPS_FACTOR = 3  # forward + backward (input and weight gradients)
 
@@ -105,66 +103,45 @@ class CostReport:
 
 
 def _check_model(model: object) -> nn.Module:
-    if not isinstance(model, SUPPORTED):
-        raise ConfigError(f"cost accounting supports {', '.join(c.__name__ for c in SUPPORTED)}, "
-                          f"got {type(model).__name__}")
-    return model
+    return contract.require(model, "cost accounting")
 
 
 def _rows_per_image(model: nn.Module) -> dict[int, int]:
-    """How many vectors per image each Linear sees, by module id: one per Kronecker block inside a mixing
-    layer (grouped ones included; an untied map has a weight per block), one per token in the views of a
-    grouped mixing (Mixer supp. A.1), one per channel in the token-projection skip, else one."""
-    rows = {}
-    for module in model.modules():
-        if isinstance(module, (PKMixing, GroupedTokenMixing)):
-            rows.update({id(m): module.other for m in module.mlp.modules()})
-            if isinstance(module, GroupedTokenMixing) and module.views is not None:
-                rows[id(module.views)] = module.in_tokens
-        elif isinstance(module, TokenProjectionSkip):
-            rows[id(module.proj)] = module.norm.normalized_shape[0]
-    return rows
+    """How many vectors per image each module runs on, by module id, as the model and its containers declare
+    them (:func:`pkmixer.models.contract.rows_per_image`): one per Kronecker block inside a mixing layer
+    (grouped ones included; an untied map has a weight per block), one per token in the views of a grouped
+    mixing (Mixer supp. A.1), one per channel in the token-projection skip, one per patch in the stem; a module
+    nothing declares runs once."""
+    return {id(m): n for module in model.modules() for m, n in contract.rows_per_image(module).items()}
 
 
 def layer_costs(model: nn.Module) -> list[LayerCost]:
     """Every convolution and matrix product of a forward pass with its MACs per image (analytic; works on
-    meta models)."""
+    meta models), as each layer declares it (:func:`pkmixer.models.contract.layer_cost`)."""
     rows = _rows_per_image(_check_model(model))
     out = []
     for name, m in model.named_modules():
-        if isinstance(m, nn.Conv2d):
-            (k1, k2), (s1, s2), (p1, p2), (d1, d2) = m.kernel_size, m.stride, m.padding, m.dilation
-            h = (model.img_size + 2 * p1 - d1 * (k1 - 1) - 1) // s1 + 1
-            w = (model.img_size + 2 * p2 - d2 * (k2 - 1) - 1) // s2 + 1
-            fan_in = m.in_channels // m.groups * k1 * k2
-            out.append(LayerCost(name, "conv", h * w, fan_in, m.out_channels, h * w * fan_in * m.out_channels))
-        elif isinstance(m, (nn.Linear, MaskedLinear, BatchedLinear)):
-            n = rows.get(id(m), 1)
-            kind = "masked" if isinstance(m, MaskedLinear) else "linear"
-            out.append(LayerCost(name, kind, n, m.in_features, m.out_features, n * m.in_features * m.out_features))
-        elif isinstance(m, SparseLinear):
-            out.append(LayerCost(name, "sparse", 1, m.in_features, m.out_features, m.nnz))
-        elif isinstance(m, (KroneckerLinear, MonarchLinear)):
-            n1, n2 = m.n1, m.n2  # R (or W) on n1 rows of n2, then L (or V) on n2 columns of n1
-            kind = "kronecker" if isinstance(m, KroneckerLinear) else "monarch"
-            out.append(LayerCost(name, kind, 1, n1 * n2, n1 * n2, n1 * n2 * n2 + n2 * n1 * n1))
+        cost = contract.layer_cost(m, rows.get(id(m)))
+        if cost is not None:
+            out.append(LayerCost(name, *cost))
     return out
 
 
 def _probe(model: nn.Module) -> nn.Module:
-    """A model that can run a forward for counting. A meta SW-MLP keeps its masks and indices on the CPU:
-    the dense-masked form is copied wholly to meta; the sparse form (torch has no sparse matmul on meta) is
-    copied with zero CPU tensors in place of its meta ones, O(kept weights). Other models run as they are."""
+    """A model that can run a forward for counting. A meta model may keep CPU tensors (an SW-MLP's masks and
+    indices), and its layers say how to run it (``META_FORWARD``, :mod:`pkmixer.models.contract`): one that
+    cannot run on meta (a sparse product) makes a copy with zero CPU tensors in place of the meta ones,
+    O(kept weights); one with CPU state (a dense mask) makes a copy wholly on meta. Other models run as they are."""
     if not any(t.is_meta for t in [*model.parameters(), *model.buffers()]):
         return model
-    kinds = {type(m) for m in model.modules()}
-    if SparseLinear in kinds:
+    declared = {contract.meta_forward(m) for m in model.modules()}
+    if "cpu_zeros" in declared:
         return copy.deepcopy(model)._apply(lambda t: torch.zeros_like(t, device="cpu") if t.is_meta else t)
-    return copy.deepcopy(model).to("meta") if MaskedLinear in kinds else model
+    return copy.deepcopy(model).to("meta") if "to_meta" in declared else model
 
 
 def _probe_input(model: nn.Module, batch_size: int) -> torch.Tensor:
-    weight = model.stem.weight if hasattr(model, "stem") else model.head.weight
+    weight = next(model.parameters())
     return torch.zeros(batch_size, model.in_chans, model.img_size, model.img_size,
                        dtype=weight.dtype, device=weight.device)
 
@@ -234,9 +211,7 @@ def _saved_bytes(probe: nn.Module, batch_size: int, dtype: torch.dtype) -> int:
 
 
 def _model_name(model: nn.Module) -> str:
-    if isinstance(model, SWMLP):
-        return f"SWMLP[{model.weight_format}]"
-    return type(model).__name__
+    return contract.display_name(model)
 
 
 def _report(*, model: str, family: str, built: bool, batch_size: int, dtype: torch.dtype, params: int,
@@ -287,12 +262,13 @@ def cost_table(names_or_models: Sequence[str | nn.Module], batch_size: int = 1,
 
 def swmlp_expected_cost(batch_size: int = 1, dtype: torch.dtype = torch.float32, *, name: str | None = None,
                         **options) -> CostReport:
-    """Costs of ``SWMLP(**options)`` without building it, with p·in·out kept weights per sparse layer (rounded).
+    """Costs of ``SWMLP(**options)`` (the family of the SW-MLP registry entries) without building it, with
+    p·in·out kept weights per sparse layer (rounded).
 
     Follows the SW-MLP's architecture (stem, optional input layer d₀ -> m, ``depth`` blocks, LayerNorm, head).
     Activation memory needs a forward, so it is None.
     """
-    signature = inspect.signature(SWMLP).parameters
+    signature = inspect.signature(model_entry(SWMLP_ENTRY).cls).parameters
     for key in options:
         if key not in signature:
             raise unknown_name("SW-MLP option", key, signature)
@@ -355,8 +331,9 @@ def fixed_omega_comparison(omega: str | int | float, gamma: float = 2.0, depth: 
     mixers = []
     for rp in (None, "all"):
         with torch.device("meta"):
-            mixers.append(Mixer(**common, embed_dim=C, depth=depth, num_tokens=None if S == grid else S,
-                                mlp_ratio=gamma, rp_blocks=rp, norm_eps=1e-5))
+            mixers.append(create_model(MIXER_ENTRY, **common, embed_dim=C, depth=depth,
+                                       num_tokens=None if S == grid else S, mlp_ratio=gamma, rp_blocks=rp,
+                                       norm_eps=1e-5))
     reports = [model_cost(model, batch_size, dtype, name=label)
                for model, label in zip(mixers, (f"MLP-Mixer S={S} C={C}", f"RP-Mixer S={S} C={C}"))]
     m = S * C
@@ -385,15 +362,16 @@ def fixed_omega_models(omega: str | int | float, gamma: float = 2.0, depth: int 
     grid = (img_size // patch_size) ** 2 if img_size % patch_size == 0 else None
     common = dict(img_size=img_size, patch_size=patch_size, in_chans=in_chans, num_classes=num_classes)
     with torch.device(device):
-        models = {f"{label} S={S} C={C}": Mixer(**common, embed_dim=C, depth=depth, num_tokens=None if S == grid else S,
-                                               mlp_ratio=gamma, rp_blocks=rp, norm_eps=1e-5)
+        models = {f"{label} S={S} C={C}": create_model(MIXER_ENTRY, **common, embed_dim=C, depth=depth,
+                                                      num_tokens=None if S == grid else S, mlp_ratio=gamma,
+                                                      rp_blocks=rp, norm_eps=1e-5)
                   for label, rp in (("MLP-Mixer", None), ("RP-Mixer", "all"))}
     m, connections = S * C, next(iter(models.values())).info().connections
     density = min(1.0, connections / (m * max(1, int(gamma * m))))
     for form in forms:
         with torch.device(device):
-            models[f"SW-MLP[{form}] m={m} p={density:.3g}"] = SWMLP(
-                **common, embed_dim=C, width=None if S == grid else m, density=density,
+            models[f"SW-MLP[{form}] m={m} p={density:.3g}"] = create_model(
+                SWMLP_ENTRY, **common, embed_dim=C, width=None if S == grid else m, density=density,
                 depth=depth if swmlp_depth is None else check_positive_int("swmlp_depth", swmlp_depth),
                 block="mlp", mlp_ratio=gamma, weight_format=form)
     return models
@@ -493,7 +471,7 @@ def training_step_seconds(models: dict[str, nn.Module], *, batch_size: int = 128
             weight = next(model.parameters())
             generator = torch.Generator().manual_seed(0)
             x = torch.randn(batch_size, model.in_chans, model.img_size, model.img_size, generator=generator)
-            y = torch.randint(0, model.head.out_features, (batch_size,), generator=generator)
+            y = torch.randint(0, model.num_classes, (batch_size,), generator=generator)
             steps[name] = _step_function(model.train(), x.to(weight.device), y.to(weight.device), lr)
         device = next(next(iter(models.values())).parameters()).device
         label = device_label(device)

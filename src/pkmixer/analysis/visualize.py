@@ -12,6 +12,10 @@
   mixing), J₂(I_C ⊗ W)J₁ (RP-Mixer) and M ⊙ A (SW-MLP, p = 1/C) at small S = C, or of any layer of a model's
   effective MLP (:mod:`pkmixer.theory.effective`).
 
+The weights come from the model contract (:mod:`pkmixer.models.contract`): ``token_unit_weights(block)`` and
+``patch_unit_weights()`` where a family has them, and the effective MLP of any family; nothing here names a
+model class.
+
 Every plotting function writes a PNG or an SVG, chosen by the path's suffix, and returns the path. The
 figures are drawn with matplotlib's object API (no pyplot, no global state, never shown).
 :func:`visualize` is the single entry point of the command line.
@@ -31,9 +35,7 @@ from torch import nn
 from ..errors import ConfigError, check_positive_int, unknown_name
 from ..figures import figure_path, save_figure
 from ..layers.sparse import sample_bernoulli_mask
-from ..models.mixer import Mixer
-from ..models.shallow import ShallowMLP
-from ..models.swmlp import SWMLP
+from ..models import contract
 from ..theory.effective import effective_mlp, kron_identity, permutation_matrix, spmm
 
 MAX_PATTERN_SIDE = 4096  # larger matrices do not read as pictures
@@ -129,8 +131,7 @@ def sparsity_masks(S: int = 8, C: int = 8, seed: int = 0) -> dict[str, np.ndarra
 def effective_pattern(model: nn.Module, layer: int | str = 0) -> tuple[str, np.ndarray]:
     """(name, non-zero pattern) of one hidden linear map of the model's effective MLP, chosen by index or by
     name such as ``"blocks.0.token.fc1"``."""
-    if not isinstance(model, (Mixer, SWMLP, ShallowMLP)):
-        raise ConfigError(f"sparsity patterns need a Mixer, SWMLP or ShallowMLP, got {type(model).__name__}")
+    contract.require(model, "the sparsity picture of a model")
     if any(p.is_meta for p in model.parameters()):
         raise ConfigError("the model is on the meta device: it has no weights to draw")
     info = model.info()
@@ -197,21 +198,10 @@ def plot_token_units(model: nn.Module, path: str | Path, *, block: int = 0, num_
     sorted low frequency first, each followed by its closest inverse, in ``cols`` columns (None: about twice
     as wide as tall, pairs kept on one row); each unit scaled to [-1, 1]."""
     path = figure_path(path)
-    if not isinstance(model, Mixer):
-        raise ConfigError(f"token-mixing units need a Mixer, got {type(model).__name__}")
-    if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block < model.depth:
-        raise ConfigError(f"block must be an index in [0, {model.depth}), got {block!r}")
-    if model.untied_tokens or model.channel_groups > 1 or model.group_views:
-        raise ConfigError(f"token-mixing units of a Mixer with the supp. A.1 option(s) "
-                          f"{', '.join(model.token_ablations)} are not one S-pixel image per unit")
-    if any(blk.token.skip is not None for blk in model.blocks[:block]):
-        raise ConfigError(f"block {block} reads tokens projected by an earlier block (num_tokens or a pyramid): "
-                          "they are no longer image patches")
-    mixing = model.blocks[block].token.mixing
-    if mixing.perms[0] != "commutation":
-        raise ConfigError(f"block {block}'s token mixing reads permuted inputs ({mixing.perms[0]} J₁): its units "
-                          "have no spatial layout")
-    weights = _values(mixing.mlp.linears()[0].weight)  # (D_S, S_in)
+    if not isinstance(model, contract.TokenUnits):
+        raise ConfigError(f"token-mixing units need a model with token mixing (token_unit_weights, "
+                          f"pkmixer.models.contract), got {type(model).__name__}")
+    weights = _values(model.token_unit_weights(block))  # (D_S, S_in); the model refuses blocks without images
     sequence = token_unit_sequence(weights, num_units)
     side = _square_side(weights.shape[1])
     tiles = weights[sequence].reshape(-1, side, side)
@@ -229,10 +219,9 @@ def plot_patch_units(model: nn.Module, path: str | Path, *, num_units: int | Non
     """Supp. Fig. 2: the per-patch projection units (stem weights (C, in_chans, P, P)) as RGB patches (grey for
     one input channel), each normalised to [0, 1], in ``cols`` columns (None: about twice as wide as tall)."""
     path = figure_path(path)
-    stem = getattr(model, "stem", None)
-    if not isinstance(stem, nn.Conv2d):
+    if not isinstance(model, contract.PatchUnits):
         raise ConfigError(f"{type(model).__name__} has no per-patch stem to draw")
-    weights = _values(stem.weight)  # (C, in_chans, P, P)
+    weights = _values(model.patch_unit_weights())  # (C, in_chans, P, P)
     if weights.shape[1] not in (1, 3):
         raise ConfigError(f"patch units are drawn as grey or RGB images; the stem has {weights.shape[1]} input "
                           "channels")

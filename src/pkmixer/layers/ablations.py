@@ -62,6 +62,10 @@ class BatchedLinear(nn.Module):
     def extra_repr(self) -> str:
         return f"n={self.n}, in_features={self.in_features}, out_features={self.out_features}"
 
+    def matmul_cost(self) -> tuple[str, int, int, int]:
+        """One Dense per row: each of the n rows an enclosing mixing declares meets its own map (contract)."""
+        return "linear", self.in_features, self.out_features, self.in_features * self.out_features
+
 
 class BatchedMlp(nn.Module):
     """n separate MLPs x -> fc2(drop(act(fc1(x)))) on (..., n, in), the untied form of :class:`Mlp`."""
@@ -83,6 +87,9 @@ class BatchedMlp(nn.Module):
     def linears(self) -> list[BatchedLinear]:
         return [self.fc1, self.fc2]
 
+    def linear_steps(self) -> list[tuple[BatchedLinear, nn.Module | None]]:
+        return [(self.fc1, self.act), (self.fc2, None)]
+
 
 class BatchedFcAct(nn.Module):
     """n separate single-layer mixings x -> drop(act(fc(x))) on (..., n, in), the untied form of :class:`FcAct`."""
@@ -102,6 +109,9 @@ class BatchedFcAct(nn.Module):
     def linears(self) -> list[BatchedLinear]:
         return [self.fc]
 
+    def linear_steps(self) -> list[tuple[BatchedLinear, nn.Module | None]]:
+        return [(self.fc, self.act)]
+
 
 def group_index(tokens: int, channels: int, groups: int) -> torch.Tensor:
     """Gather index from the row-major storage of a (tokens, channels) map to the row-major storage of X_Gᵀ, the
@@ -116,9 +126,12 @@ class GroupedTokenMixing(nn.Module):
 
     ``mlp`` maps ``in_tokens·G`` to ``out_tokens·G`` features on the last axis and is applied to the C/G groups
     (a :class:`BatchedMlp` with n = C/G unties them). Maps (B, in_tokens, C) -> (B, out_tokens, C). It is a PK
-    layer (Def. 5.1) with fixed J₁, J₂ (:meth:`gather_indices`) and ``other = C/G`` Kronecker blocks.
+    layer (Def. 5.1) with fixed J₁, J₂ (:meth:`gather_indices`) and ``other = C/G`` Kronecker blocks, and it
+    follows :class:`pkmixer.models.contract.PKLayer` as :class:`~pkmixer.layers.pk.PKMixing` does; the views
+    are its :meth:`input_maps`.
     """
 
+    # the PKLayer contract (pkmixer.models.contract): token mixing, fixed grouping gathers, nothing random
     axis = "token"
     perms = ("grouped", "grouped")
     permuted = False
@@ -149,6 +162,17 @@ class GroupedTokenMixing(nn.Module):
         (S_in, C) input (after the views) to the (C/G, G·S_in) rows, J₂ the (C/G, G·S_out) rows to (S_out, C)."""
         return (group_index(self.in_tokens, self.channels, self.groups),
                 inverse_permutation(group_index(self.out_tokens, self.channels, self.groups)))
+
+    def input_maps(self) -> list[nn.Linear]:
+        """The per-token channel maps applied before J₁: the views A (PKLayer contract), or none."""
+        return [] if self.views is None else [self.views]
+
+    def rows_per_image(self) -> dict[nn.Module, int]:
+        """The MLP runs once per group (C/G rows, untied or not), the views once per input token."""
+        rows = {m: self.other for m in self.mlp.modules()}
+        if self.views is not None:
+            rows[self.views] = self.in_tokens
+        return rows
 
     def extra_repr(self) -> str:
         return (f"groups={self.groups}, blocks={self.other}, in={self.in_features}, out={self.out_features}, "

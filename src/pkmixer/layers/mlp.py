@@ -52,6 +52,10 @@ class Mlp(nn.Module):
     def linears(self) -> list[nn.Linear]:
         return [self.fc1, self.fc2]
 
+    def linear_steps(self) -> list[tuple[nn.Linear, nn.Module | None]]:
+        """(Dense, activation) in the order the effective MLP applies them (pkmixer.models.contract)."""
+        return [(self.fc1, self.act), (self.fc2, None)]
+
 
 class FcAct(nn.Module):
     """x -> drop(act(fc(x))): the single-layer mixing of the S-Mixer (Eq. 5)."""
@@ -74,3 +78,7 @@ class FcAct(nn.Module):
 
     def linears(self) -> list[nn.Linear]:
         return [self.fc]
+
+    def linear_steps(self) -> list[tuple[nn.Linear, nn.Module | None]]:
+        """(Dense, activation) in the order the effective MLP applies them (pkmixer.models.contract)."""
+        return [(self.fc, self.act)]

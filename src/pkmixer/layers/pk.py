@@ -164,6 +164,14 @@ class PKMixing(nn.Module):
         # storage (S_in, C) -> blocks (C, S_in); blocks (C, S_out) -> storage (S_out, C)
         return transpose_index(self.in_features, n), transpose_index(n, self.out_features)
 
+    def input_maps(self) -> list[nn.Module]:
+        """Per-token maps applied before J₁ (PKLayer contract, pkmixer.models.contract): none here."""
+        return []
+
+    def rows_per_image(self) -> dict[nn.Module, int]:
+        """Every Dense of the mixing MLP runs once per Kronecker block: ``other`` rows per image."""
+        return {m: self.other for m in self.mlp.modules()}
+
     def extra_repr(self) -> str:
         return (f"axis={self.axis}, blocks={self.other}, in={self.in_features}, out={self.out_features}, "
                 f"perms={self.perms}")

@@ -106,6 +106,13 @@ class MaskedLinear(nn.Module):
         """M ⊙ W as a dense (out, in) matrix."""
         return self.weight * self.mask
 
+    # the layer contract (pkmixer.models.contract): a dense matmul whatever the mask; its mask stays on the CPU in
+    # a meta model, so a meta model holding it is copied wholly to meta to run
+    META_FORWARD = "to_meta"
+
+    def matmul_cost(self) -> tuple[str, int, int, int]:
+        return "masked", self.in_features, self.out_features, self.in_features * self.out_features
+
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, p={self.density:g}, nnz={self.nnz}"
 
@@ -248,6 +255,13 @@ class SparseLinear(nn.Module):
     def dense_weight(self) -> torch.Tensor:
         """M ⊙ W as a dense (out, in) matrix (for analysis at small sizes)."""
         return self.sparse_weight().to_dense()
+
+    # the layer contract (pkmixer.models.contract): the kept weights only; torch has no sparse product on the meta
+    # device, so a meta model holding it runs as a CPU copy with zeros
+    META_FORWARD = "cpu_zeros"
+
+    def matmul_cost(self) -> tuple[str, int, int, int]:
+        return "sparse", self.in_features, self.out_features, self.nnz
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, p={self.density:g}, nnz={self.nnz}"

@@ -35,6 +35,15 @@ class KroneckerLinear(nn.Module):
         V = self.V.expand(y.shape[0], -1, -1)  # broadcast over the batch: bmm, not matmul's broadcasting copy
         return torch.bmm(V, y).reshape(x.shape)  # V mat(x)ᵀ Wᵀ = (W mat(x) Vᵀ)ᵀ
 
+    def dense_weight(self) -> torch.Tensor:
+        """V ⊗ W as a dense (n, n) matrix."""
+        return torch.kron(self.V.detach(), self.W.detach())
+
+    def matmul_cost(self) -> tuple[str, int, int, int]:
+        """W on n1 rows of n2, then V on n2 columns of n1 (layer contract, pkmixer.models.contract)."""
+        n1, n2 = self.n1, self.n2
+        return "kronecker", n1 * n2, n1 * n2, n1 * n2 * n2 + n2 * n1 * n1
+
 
 class MonarchLinear(nn.Module):
     """J_cᵀ L J_c R x with free blocks: n1·n2² + n2·n1² parameters for an n×n map."""
@@ -51,3 +60,17 @@ class MonarchLinear(nn.Module):
         y = torch.einsum("bij,ikj->bik", x.view(-1, self.n1, self.n2), self.R)  # R: block i on row i
         z = torch.einsum("bij,ikj->bik", y.transpose(1, 2), self.L)  # J_c, then L: (B, n2, n1)
         return z.transpose(1, 2).reshape(x.shape)  # J_cᵀ
+
+    def dense_weight(self) -> torch.Tensor:
+        """J_cᵀ L J_c R as a dense (n, n) matrix (Eq. 12), J_c the commutation matrix of an n2×n1 matrix."""
+        R = torch.block_diag(*self.R.detach())
+        L = torch.block_diag(*self.L.detach())
+        n = self.n1 * self.n2
+        # (J_c v)[i·n1 + j] = v[j·n2 + i]: J_c is the identity with its rows gathered by this index
+        Jc = torch.eye(n, dtype=R.dtype, device=R.device)[torch.arange(n).view(self.n1, self.n2).t().reshape(-1)]
+        return Jc.t() @ L @ Jc @ R
+
+    def matmul_cost(self) -> tuple[str, int, int, int]:
+        """R on n1 rows of n2, then L on n2 columns of n1 (layer contract, pkmixer.models.contract)."""
+        n1, n2 = self.n1, self.n2
+        return "monarch", n1 * n2, n1 * n2, n1 * n2 * n2 + n2 * n1 * n1

@@ -4,7 +4,8 @@ Every model has ``feature_names(where)`` and ``forward_intermediates(x, indices,
 the feature points: ``"block"`` - the output of each residual block (timm's choice); ``"mixing"`` - the
 output of each mixing layer before it is added to the skip connection, the points Hayase & Karakida compare
 with CKA (App. C.1, Fig. 2b-c). Features are returned as the model holds them: (B, S, C) for Mixers,
-(B, m) for MLPs.
+(B, m) for MLPs. This API is the part of the model contract that CKA reads
+(:class:`pkmixer.models.contract.HasIntermediates`).
 """
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""What every model reports about itself: size, shape of the effective wide MLP, connections (Sec. 4.1)."""
+"""What every model reports about itself: size, shape of the effective wide MLP, connections (Sec. 4.1).
+
+``info()`` of the model contract (:mod:`pkmixer.models.contract`) returns a :class:`ModelInfo`.
+"""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

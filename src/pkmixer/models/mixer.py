@@ -22,11 +22,16 @@ Hidden widths: ``mlp_ratio=γ`` (or a (γ_token, γ_channel) pair) gives D_S = �
 Karakida; ``token_hidden`` / ``channel_hidden`` set D_S, D_C directly, as Table 1 of Tolstikhin et al. does.
 With channel groups the token MLP's input is S·G wide and D_S = γ·S·G; in a pyramid S is each block's output
 token count.
+
+The class follows the model contract (:mod:`pkmixer.models.contract`): its effective wide MLP
+(:meth:`Mixer.effective_mlp`, Prop. 3.2, Eq. 19), the rows of its stem, and its token-mixing and per-patch
+units to draw (Mixer supp. D).
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 from timm.layers import DropPath, lecun_normal_
@@ -38,6 +43,9 @@ from ..layers.mlp import FcAct, Mlp
 from ..layers.pk import PKMixing
 from .features import check_where, select_indices
 from .info import ModelInfo
+
+if TYPE_CHECKING:
+    from ..theory.effective import EffectiveMLP
 
 BLOCK_KINDS = {"mlp": Mlp, "fc": FcAct}
 UNTIED_KINDS = {"mlp": BatchedMlp, "fc": BatchedFcAct}  # the same with one MLP per vector (supp. A.1)
@@ -68,6 +76,18 @@ class TokenProjectionSkip(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, S0, C) -> (B, S, C)
         return self.norm(self.proj(x.transpose(1, 2)).transpose(1, 2))
+
+    def rows_per_image(self) -> dict[nn.Module, int]:
+        """W̃ mixes tokens: it runs once per channel (contract, pkmixer.models.contract)."""
+        return {self.proj: self.norm.normalized_shape[0]}
+
+    def effective_map(self, channels: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        """SkipLayer(X) = LN(W̃ X) on vec coordinates: vec(W̃ X) = (I_C ⊗ W̃) vec(X) (S.15), in float64."""
+        from ..theory.effective import EffectiveLinear, kron_identity, vec_layer_norm
+
+        proj = EffectiveLinear("skip", kron_identity(channels, self.proj.weight.double()), None)
+        norm = vec_layer_norm(self.norm, self.proj.out_features, channels)
+        return lambda x: norm(proj(x))
 
 
 class MixingSublayer(nn.Module):
@@ -118,12 +138,12 @@ def _parse_rp_blocks(rp_blocks: str | Sequence[int] | None, depth: int) -> froze
 
 
 def _block_shapes(mixing: PKMixing | GroupedTokenMixing) -> list[tuple[int, int, int]]:
-    """(blocks n, in, out) of each linear map of a mixing layer's effective MLP: its weight is block diagonal
-    (up to the permutations) with n blocks of out×in - shared, or distinct when untied. The views of a
-    :class:`GroupedTokenMixing` are the map A ⊗ I_S: S blocks of C×C."""
-    views = ([(mixing.in_tokens, mixing.channels, mixing.channels)]
-             if isinstance(mixing, GroupedTokenMixing) and mixing.views is not None else [])
-    return views + [(mixing.other, lin.in_features, lin.out_features) for lin in mixing.mlp.linears()]
+    """(blocks n, in, out) of each linear map of a mixing layer's effective MLP (its PKLayer contract,
+    pkmixer.models.contract): its weight is block diagonal (up to the permutations) with n blocks of out×in -
+    shared, or distinct when untied; n is the rows the layer declares for the map. The views of a
+    :class:`GroupedTokenMixing` (its input maps) are the map A ⊗ I_S: S blocks of C×C."""
+    rows = mixing.rows_per_image()
+    return [(rows[lin], lin.in_features, lin.out_features) for lin in [*mixing.input_maps(), *mixing.mlp.linears()]]
 
 
 def _parse_token_schedule(schedule: Sequence[int] | None, depth: int, grid: int, num_tokens: int | None
@@ -352,6 +372,57 @@ class Mixer(nn.Module):
             if intermediates_only and k > last:
                 return out
         return out if intermediates_only else (self.norm(x), out)
+
+    # ---- the model contract (pkmixer.models.contract) ------------------------------------------------------
+    def rows_per_image(self) -> dict[nn.Module, int]:
+        """The per-patch stem runs once per patch, S₀ rows (S.1)."""
+        return {self.stem: self.grid_tokens}
+
+    def effective_mlp(self) -> EffectiveMLP:
+        """The model as an explicit wide MLP on vec coordinates, float64 (Prop. 3.2, Eq. 19; call in eval mode):
+        each mixing sublayer a residual of its PK layer's sparse maps (J_cᵀ P(J₂) (I ⊗ W) P(J₁) J_c), after
+        the LayerNorm over each token's channels; the App. A.2.4 skip is LN((I_C ⊗ W̃) vec(X)); the stem and
+        the head (LayerNorm, mean over tokens, Linear) are kept as they are."""
+        from ..theory.effective import EffectiveMLP, EffectiveResidual, pk_effective_layers, unvec, vec, vec_layer_norm
+
+        C, schedule = self.embed_dim, self.token_schedule  # S after each block: varies in a pyramid
+        blocks = []
+        for i, (blk, s_in, S) in enumerate(zip(self.blocks, (self.grid_tokens, *schedule), schedule)):
+            for part, sub in (("token", blk.token), ("channel", blk.channel)):
+                s_here = s_in if part == "token" else S
+                layers = pk_effective_layers(sub.mixing, f"blocks.{i}.{part}", s_here, S, C)
+                skip = None if sub.skip is None else sub.skip.effective_map(C)
+                blocks.append(EffectiveResidual(vec_layer_norm(sub.norm, s_here, C), layers, skip))
+        S = schedule[-1]
+
+        def stem(images: torch.Tensor) -> torch.Tensor:
+            return vec(self.forward_stem(images))  # per-patch FC (S.1), then vec: (B, S0*C)
+
+        def head(x: torch.Tensor) -> torch.Tensor:
+            return self.forward_head(self.norm(unvec(x, S, C)))
+
+        return EffectiveMLP(stem, blocks, head)
+
+    def patch_unit_weights(self) -> torch.Tensor:
+        """The per-patch projection (C, in_chans, P, P) (Mixer supp. D, Fig. 2)."""
+        return self.stem.weight
+
+    def token_unit_weights(self, block: int) -> torch.Tensor:
+        """The first token-mixing Dense of ``blocks[block]``, (D_S, S), each unit an image over the patch grid
+        (Mixer supp. D, Fig. 1); ConfigError where the units are not images of the input's patches."""
+        if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block < self.depth:
+            raise ConfigError(f"block must be an index in [0, {self.depth}), got {block!r}")
+        if self.untied_tokens or self.channel_groups > 1 or self.group_views:
+            raise ConfigError(f"token-mixing units of a Mixer with the supp. A.1 option(s) "
+                              f"{', '.join(self.token_ablations)} are not one S-pixel image per unit")
+        if any(blk.token.skip is not None for blk in self.blocks[:block]):
+            raise ConfigError(f"block {block} reads tokens projected by an earlier block (num_tokens or a pyramid): "
+                              "they are no longer image patches")
+        mixing = self.blocks[block].token.mixing
+        if mixing.perms[0] != "commutation":
+            raise ConfigError(f"block {block}'s token mixing reads permuted inputs ({mixing.perms[0]} J₁): its units "
+                              "have no spatial layout")
+        return mixing.mlp.linears()[0].weight  # (D_S, S_in)
 
     # ---- description ---------------------------------------------------------------------------------
     def info(self) -> ModelInfo:

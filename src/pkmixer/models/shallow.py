@@ -4,6 +4,8 @@ Fig. 2d, Table S.1: no per-patch FC, no skip, no LayerNorm).
 The flattened image (n = in_chans·H·W = n1·n2 inputs) passes through B₁ and B₂, each n×n and bias-free as in
 the paper's formula, then the classifier B_c. ``weights="kronecker"`` makes B_i = V_i ⊗ W_i, ``"monarch"``
 makes B_i = J_cᵀ L_i J_c R_i (Eq. 12) with n1 blocks of n2×n2 and n2 blocks of n1×n1.
+
+The class follows the model contract (:mod:`pkmixer.models.contract`): its effective MLP has the explicit B₁, B₂.
 """
 from __future__ import annotations
 
@@ -75,6 +77,21 @@ class ShallowMLP(nn.Module):
         h1, h2 = self._hidden(x)
         out = [(h1, h2)[i] for i in take]
         return out if intermediates_only else (h2, out)
+
+    # ---- the model contract (pkmixer.models.contract) ------------------------------------------------------
+    def rows_per_image(self) -> dict[nn.Module, int]:
+        """Every layer runs once per image."""
+        return {}
+
+    def effective_mlp(self):  # -> pkmixer.theory.effective.EffectiveMLP
+        """x -> B_c B₂ ReLU(B₁ x) with B₁, B₂ as explicit float64 matrices (V ⊗ W, J_cᵀ L J_c R; Cor. 3.4)."""
+        from ..theory.effective import EffectiveLinear, EffectiveMLP, EffectiveResidual, structured_weight
+
+        B1, B2 = (structured_weight(fc).double().to_sparse() for fc in (self.fc1, self.fc2))
+        layers = [EffectiveLinear("fc1", B1, None, self.act), EffectiveLinear("fc2", B2, None)]
+        return EffectiveMLP(lambda images: images.flatten(1),
+                            [EffectiveResidual(lambda x: x, layers, residual=False)],
+                            self.head)
 
     def info(self) -> ModelInfo:
         n = self.width

@@ -12,6 +12,9 @@ where every mask has i.i.d. Bernoulli(p) entries drawn once from ``structure_see
 are stored sparse (``weight_format="sparse"``, only the p·m² kept entries) or dense with a mask buffer
 (``"masked"``, the reference); both give the same masks and, from the same RNG state, the same model.
 Width for a budget Ω of connections per layer: m = √(Ω/(γp)) (S.43), see :mod:`pkmixer.theory`.
+
+The class follows the model contract (:mod:`pkmixer.models.contract`); its effective MLP is itself, with the
+masked weights M ⊙ W as explicit sparse matrices.
 """
 from __future__ import annotations
 
@@ -181,6 +184,38 @@ class SWMLP(nn.Module):
             depth=self.depth, mixing_layers=len(layers), connections=nnz / len(layers), effective_width=self.width,
             max_width=self.hidden or self.width,
             density=nnz / sum(lin.in_features * lin.out_features for lin in layers))
+
+    # ---- the model contract (pkmixer.models.contract) ------------------------------------------------------
+    def rows_per_image(self) -> dict[nn.Module, int]:
+        """The per-patch stem runs once per patch, S₀ rows."""
+        return {self.stem: self.grid_tokens}
+
+    def effective_mlp(self):  # -> pkmixer.theory.effective.EffectiveMLP
+        """The model with every masked weight M ⊙ W an explicit sparse float64 matrix (S.16-S.17); the optional
+        input layer d₀ -> m is part of the stem, as it is not a hidden layer of width m."""
+        from ..theory.effective import EffectiveLinear, EffectiveMLP, EffectiveResidual
+
+        def sparse_layer(name: str, lin: nn.Module, act: nn.Module | None) -> EffectiveLinear:
+            return EffectiveLinear(name, lin.dense_weight().detach().double().to_sparse(), lin.bias.detach().double(),
+                                   act)
+
+        blocks = [EffectiveResidual(blk.norm, [sparse_layer(f"blocks.{i}.fc{k + 1}", lin, blk.act)
+                                               for k, lin in enumerate(blk.linears)])
+                  for i, blk in enumerate(self.blocks)]
+        first = None if self.input_layer is None else sparse_layer("input_layer", self.input_layer, None)
+
+        def stem(images: torch.Tensor) -> torch.Tensor:
+            x = self.stem(images).flatten(2).transpose(1, 2).flatten(1)  # row-major (S0, C): the MLP's own order
+            return x if first is None else first(x)
+
+        return EffectiveMLP(stem, blocks, lambda x: self.forward_head(self.norm(x)))
+
+    def patch_unit_weights(self) -> torch.Tensor:
+        """The per-patch projection (C, in_chans, P, P)."""
+        return self.stem.weight
+
+    def display_name(self) -> str:
+        return f"SWMLP[{self.weight_format}]"
 
     def sparse_layers(self) -> list[nn.Module]:
         first = [] if self.input_layer is None else [self.input_layer]

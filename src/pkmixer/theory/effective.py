@@ -12,6 +12,11 @@ wide MLP whose linear maps are these sparse matrices. LayerNorm over channels, s
 are kept as they are (they are per-token operations, not mixing). :func:`bare_smixer` and
 :func:`bare_smixer_vec` state Prop. 3.2, :func:`mixer_monarch_factors` Cor. 3.4.
 
+Nothing here knows a model class: each family assembles its own :class:`EffectiveMLP` (``model.effective_mlp()``)
+from the pieces below, and the layers declare what those need - a PK layer its gathers, Kronecker blocks and
+input maps, a mixing MLP its (Dense, activation) steps, a structured linear layer its dense matrix
+(:mod:`pkmixer.models.contract`).
+
 The token-mixing ablations of the Mixer supplementary (A.1) have effective weights of the same kind: untied
 token mixing blockdiag(W⁽¹⁾, ..., W⁽ᶜ⁾) with C distinct blocks; grouped channels I_{C/G} ⊗ W_G on vec(X) itself
 (grouping is the column-major reshape, so it permutes nothing in vec coordinates); G views the extra linear
@@ -28,13 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers.ablations import BatchedFcAct, BatchedMlp, GroupedTokenMixing
-from ..layers.mlp import FcAct, Mlp
-from ..layers.pk import PKMixing
-from ..layers.structured import KroneckerLinear, MonarchLinear
-from ..models.mixer import Mixer, TokenProjectionSkip
-from ..models.shallow import ShallowMLP
-from ..models.swmlp import SWMLP
+from ..models import contract
 
 # ---- explicit matrices -------------------------------------------------------------------------------------
 
@@ -148,40 +147,33 @@ class EffectiveMLP:
         return [layer for blk in self.blocks for layer in blk.layers]
 
 
-def _vec_layer_norm(ln: nn.LayerNorm, S: int, C: int) -> Callable[[torch.Tensor], torch.Tensor]:
+def vec_layer_norm(ln: nn.LayerNorm, S: int, C: int) -> Callable[[torch.Tensor], torch.Tensor]:
     """LayerNorm over the channels of each token, applied to vec(X)."""
     return lambda x: vec(ln(unvec(x, S, C)))
 
 
-def _mlp_linears(mlp: nn.Module) -> list[tuple[nn.Module, nn.Module | None]]:
-    if isinstance(mlp, (Mlp, BatchedMlp)):
-        return [(mlp.fc1, mlp.act), (mlp.fc2, None)]
-    if isinstance(mlp, (FcAct, BatchedFcAct)):
-        return [(mlp.fc, mlp.act)]
-    raise TypeError(f"no effective form for mixing MLP {type(mlp).__name__}")
-
-
-def pk_effective_layers(mixing: PKMixing | GroupedTokenMixing, name: str, S_in: int, S_out: int, C: int
-                        ) -> list[EffectiveLinear]:
+def pk_effective_layers(mixing: contract.PKLayer, name: str, S_in: int, S_out: int, C: int) -> list[EffectiveLinear]:
     """The Dense layers of a (normal or RP) mixing as sparse matrices on vec coordinates (Eq. 19, S.21-S.23).
 
     The first maps vec(X) (X ∈ R^{S_in×C}) to the hidden blocks, the last maps the hidden blocks to vec(Y)
-    (Y ∈ R^{S_out×C}); with one Dense both ends apply. Untied MLPs give distinct diagonal blocks. A grouped token
-    mixing (Mixer supp. A.1) is the PK layer of its grouping gathers with C/G blocks; with views, a first
-    layer ``{name}.views`` = A ⊗ I_S (no bias, no activation) comes before it.
+    (Y ∈ R^{S_out×C}); with one Dense both ends apply. Untied MLPs give distinct diagonal blocks. ``mixing``
+    follows :class:`pkmixer.models.contract.PKLayer`: a grouped token mixing (Mixer supp. A.1) is the PK layer of
+    its grouping gathers with C/G blocks; each of its input maps A (the views) comes first as a layer
+    ``{name}.views`` = A ⊗ I_S (no bias, no activation).
     """
     views = []
-    if isinstance(mixing, GroupedTokenMixing) and mixing.views is not None:
+    for k, lin in enumerate(mixing.input_maps()):
         Jc = commutation_matrix(S_in, C)
-        A = kron_identity(S_in, mixing.views.weight.double())  # per-token Linear on storage: I_S ⊗ A
-        views = [EffectiveLinear(f"{name}.views", spmm(Jc.t(), A, Jc), None)]  # on vec: A ⊗ I_S (Eq. 6)
+        A = kron_identity(S_in, lin.weight.double())  # per-token Linear on storage: I_S ⊗ A
+        label = f"{name}.views" if k == 0 else f"{name}.views{k + 1}"
+        views.append(EffectiveLinear(label, spmm(Jc.t(), A, Jc), None))  # on vec: A ⊗ I_S (Eq. 6)
     J1, J2 = mixing.gather_indices()
     C_in = C_out = C
     if mixing.axis == "channel":
         C_in, C_out = mixing.in_features, mixing.out_features
     into_storage = spmm(permutation_matrix(J1), commutation_matrix(S_in, C_in))  # P(J₁) J_c
     from_storage = spmm(commutation_matrix(S_out, C_out).t(), permutation_matrix(J2))  # J_cᵀ P(J₂)
-    linears = _mlp_linears(mixing.mlp)
+    linears = contract.linear_steps(mixing.mlp)
     out = []
     for k, (lin, act) in enumerate(linears):
         weight, bias = lin.weight.detach().to(torch.float64), lin.bias.detach().to(torch.float64)
@@ -198,82 +190,21 @@ def pk_effective_layers(mixing: PKMixing | GroupedTokenMixing, name: str, S_in: 
     return views + out
 
 
-def _skip_layer(skip: TokenProjectionSkip, C: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    """SkipLayer(X) = LN(W̃ X) on vec coordinates: vec(W̃ X) = (I_C ⊗ W̃) vec(X) (S.15)."""
-    proj = EffectiveLinear("skip", kron_identity(C, skip.proj.weight.double()), None)
-    norm = _vec_layer_norm(skip.norm, skip.proj.out_features, C)
-    return lambda x: norm(proj(x))
-
-
-def _mixer_effective(model: Mixer) -> EffectiveMLP:
-    C, schedule = model.embed_dim, model.token_schedule  # S after each block: varies in a pyramid
-    blocks = []
-    for i, (blk, s_in, S) in enumerate(zip(model.blocks, (model.grid_tokens, *schedule), schedule)):
-        for part, sub in (("token", blk.token), ("channel", blk.channel)):
-            s_here = s_in if part == "token" else S
-            layers = pk_effective_layers(sub.mixing, f"blocks.{i}.{part}", s_here, S, C)
-            skip = None
-            if isinstance(sub.skip, TokenProjectionSkip):
-                skip = _skip_layer(sub.skip, C)
-            blocks.append(EffectiveResidual(_vec_layer_norm(sub.norm, s_here, C), layers, skip))
-    S = schedule[-1]
-
-    def stem(images: torch.Tensor) -> torch.Tensor:
-        return vec(model.forward_stem(images))  # per-patch FC (S.1), then vec: (B, S0*C)
-
-    def head(x: torch.Tensor) -> torch.Tensor:
-        return model.forward_head(model.norm(unvec(x, S, C)))
-
-    return EffectiveMLP(stem, blocks, head)
-
-
-def _swmlp_effective(model: SWMLP) -> EffectiveMLP:
-    def sparse_layer(name: str, lin: nn.Module, act: nn.Module | None) -> EffectiveLinear:
-        return EffectiveLinear(name, lin.dense_weight().detach().double().to_sparse(), lin.bias.detach().double(), act)
-
-    blocks = [EffectiveResidual(blk.norm, [sparse_layer(f"blocks.{i}.fc{k + 1}", lin, blk.act)
-                                           for k, lin in enumerate(blk.linears)])
-              for i, blk in enumerate(model.blocks)]
-    first = None if model.input_layer is None else sparse_layer("input_layer", model.input_layer, None)
-
-    def stem(images: torch.Tensor) -> torch.Tensor:
-        x = model.stem(images).flatten(2).transpose(1, 2).flatten(1)  # row-major (S0, C): the MLP's own order
-        return x if first is None else first(x)
-
-    return EffectiveMLP(stem, blocks, lambda x: model.forward_head(model.norm(x)))
-
-
 def structured_weight(layer: nn.Module) -> torch.Tensor:
-    """Dense effective matrix of a shallow-MLP layer: W, V ⊗ W, or J_cᵀ L J_c R (Eq. 12)."""
-    if isinstance(layer, nn.Linear):
-        return layer.weight.detach()
-    if isinstance(layer, KroneckerLinear):
-        return torch.kron(layer.V.detach(), layer.W.detach())
-    if isinstance(layer, MonarchLinear):
-        R = torch.block_diag(*layer.R.detach())
-        L = torch.block_diag(*layer.L.detach())
-        Jc = commutation_matrix(layer.n2, layer.n1, R.dtype).to_dense()
-        return Jc.t() @ L @ Jc @ R
-    raise TypeError(f"no effective form for {type(layer).__name__}")
-
-
-def _shallow_effective(model: ShallowMLP) -> EffectiveMLP:
-    B1, B2 = (structured_weight(fc).double().to_sparse() for fc in (model.fc1, model.fc2))
-    layers = [EffectiveLinear("fc1", B1, None, model.act), EffectiveLinear("fc2", B2, None)]
-    return EffectiveMLP(lambda images: images.flatten(1),
-                        [EffectiveResidual(lambda x: x, layers, residual=False)],
-                        model.head)
+    """Dense effective matrix of a linear layer: W, V ⊗ W, J_cᵀ L J_c R (Eq. 12) or M ⊙ W, as the layer declares
+    it (:func:`pkmixer.models.contract.dense_weight`)."""
+    return contract.dense_weight(layer)
 
 
 def effective_mlp(model: nn.Module) -> EffectiveMLP:
-    """The model as an explicit wide MLP, in float64 (Prop. 3.2, Eq. 19, Cor. 3.4). Call it in eval mode."""
-    if isinstance(model, Mixer):
-        return _mixer_effective(model)
-    if isinstance(model, SWMLP):
-        return _swmlp_effective(model)
-    if isinstance(model, ShallowMLP):
-        return _shallow_effective(model)
-    raise TypeError(f"no effective MLP for {type(model).__name__}")
+    """The model as an explicit wide MLP, in float64 (Prop. 3.2, Eq. 19, Cor. 3.4). Call it in eval mode.
+
+    The model's family builds it (``model.effective_mlp()``, :class:`pkmixer.models.contract.ModelFamily`)."""
+    build = getattr(model, "effective_mlp", None)
+    if not callable(build):
+        raise TypeError(f"no effective MLP for {type(model).__name__}: it does not follow the model contract "
+                        "(pkmixer.models.contract.ModelFamily)")
+    return build()
 
 
 # ---- the propositions on bare matrices -------------------------------------------------------------------
