@@ -105,3 +105,59 @@ def test_ema_decay_outside_its_domain_is_refused():
     for bad in (0, 1, 1.5, -0.1):
         with pytest.raises(ConfigError, match="optim.ema_decay"):
             build_config(None, {"optim.ema_decay": bad})
+
+
+# ---- the two data pipelines ------------------------------------------------------------------------------
+
+SYNTH = {"data.name": "synthetic", "model.name": "smixer_t4_28", "model.img_size": 32, "model.patch_size": 8,
+         "model.in_chans": 3, "model.depth": 1, "model.embed_dim": 16, "data.batch_size": 64,
+         "data.train_subset": 512, "data.test_subset": 256, "optim.name": "adamw", "optim.lr": 0.01,
+         "schedule.epochs": 2, "run.progress": False}
+
+
+def _latest(run) -> dict:
+    return read_checkpoint(run / "checkpoints" / "latest.pt")
+
+
+def test_resident_and_per_sample_pipelines_agree_without_augmentation(tmp_path):
+    """The same global batches in the same order and the same normalisation: one training run either way."""
+    for pipeline in ("resident", "per-sample"):
+        cfg = build_config(None, {**DIGITS, "model.name": "smixer_t4_28", "data.pipeline": pipeline})
+        summary = loop.train(cfg, tmp_path / pipeline, log=quiet)
+        assert summary["pipeline"] == pipeline
+    a, b = _latest(tmp_path / "resident"), _latest(tmp_path / "per-sample")
+    for k in a["state_dict"]:
+        assert torch.allclose(a["state_dict"][k], b["state_dict"][k], rtol=1e-5, atol=1e-6), k
+    rows = [[json.loads(line) for line in (tmp_path / p / "metrics.jsonl").read_text().splitlines()]
+            for p in ("resident", "per-sample")]
+    for r, s in zip(*rows):
+        assert r["test_error"] == s["test_error"] and r["train_loss"] == pytest.approx(s["train_loss"], rel=1e-5)
+
+
+def test_auto_pipeline_is_resident_where_it_can_be(tmp_path):
+    from pkmixer.data.datasets import build_dataset
+    from pkmixer.train.engine import PerSampleFeed, ResidentFeed, choose_feed
+
+    model = create_model("smixer_t4_28", img_size=32, patch_size=8, in_chans=3)
+    data = build_dataset("synthetic", "train", subset=64)
+    assert choose_feed(build_config(None, {**SYNTH, "data.crop_padding": 4, "data.hflip": True}), model,
+                       data) is ResidentFeed
+    assert choose_feed(build_config(None, {**SYNTH, "data.auto_augment": "cifar10"}), model, data) is PerSampleFeed
+    from pkmixer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="data.pipeline=resident: .*auto_augment"):
+        choose_feed(build_config(None, {**SYNTH, "data.auto_augment": "cifar10", "data.pipeline": "resident"}),
+                    model, data)
+
+
+def test_resident_pipeline_with_augmentation_learns_and_resumes_exactly(tmp_path):
+    settings = {**SYNTH, "data.crop_padding": 4, "data.hflip": True, "data.random_erasing": 0.25,
+                "data.mixup": 0.8, "data.cutmix": 1.0, "schedule.epochs": 3}
+    cfg = build_config(None, settings)
+    summary = loop.train(cfg, tmp_path / "straight", log=quiet)
+    assert summary["pipeline"] == "resident" and summary["best_test_error"] < 0.6  # chance is 0.9
+    loop.train(cfg, tmp_path / "pieces", stop_after=1, log=quiet)
+    loop.train(None, tmp_path / "pieces", resume=True, log=quiet)
+    a, b = _latest(tmp_path / "straight"), _latest(tmp_path / "pieces")
+    for k in a["state_dict"]:
+        assert torch.equal(a["state_dict"][k], b["state_dict"][k]), k

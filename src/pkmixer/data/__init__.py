@@ -13,10 +13,10 @@ from .datasets import (
     read_idx,
 )
 from .randaugment import RandAugment
-from .resident import ResidentBatches, ResidentSplit, load_resident
+from .resident import ResidentBatches, ResidentSplit, load_resident, to_resident
 from .transforms import build_loss, build_mixup, build_transform, check_rand_augment, natural_images
 
 __all__ = ["BatchAugment", "DatasetInfo", "DatasetSplit", "RandAugment", "ResidentBatches", "ResidentSplit",
            "SyntheticOptions", "build_batch_augment", "build_dataset", "build_loss", "build_mixup", "build_transform",
-           "check_rand_augment", "dataset_info", "default_cache_dir", "list_datasets", "load_resident",
+           "check_rand_augment", "dataset_info", "default_cache_dir", "list_datasets", "load_resident", "to_resident",
            "natural_images", "read_idx"]

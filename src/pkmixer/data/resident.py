@@ -68,9 +68,17 @@ def load_resident(name: str, split: str, *, device: str | torch.device = "cpu",
                           "device as one tensor - use the per-sample DataLoader pipeline for it")
     ds = build_dataset(name, split, data_dir=data_dir, download=download, val_fraction=val_fraction,
                        subset=subset, seed=seed, **synthetic_options)
+    return to_resident(ds, split, device)
+
+
+def to_resident(ds, split: str, device: str | torch.device = "cpu") -> ResidentSplit:
+    """A split already built by :func:`pkmixer.data.build_dataset`, as tensors on ``device``."""
+    if natural_images(ds.info):
+        raise ConfigError(f"{ds.info.title} is a folder of image files of varying sizes; it cannot be held on "
+                          "the device as one tensor - use the per-sample DataLoader pipeline for it")
     source = ds.source
     if not isinstance(source, ArrayImages):  # a registered in-memory data set always is one
-        raise ConfigError(f"{info.title} is not held in memory by its reader; use the per-sample pipeline")
+        raise ConfigError(f"{ds.info.title} is not held in memory by its reader; use the per-sample pipeline")
     index = np.asarray(ds.indices, dtype=np.int64)
     if isinstance(source.images, torch.Tensor):  # digits, synthetic: float (N, C, H, W) in [0, 1]
         images = source.images[torch.from_numpy(index)].to(torch.float32)

@@ -4,10 +4,24 @@ Table S.2; Mixer supp. B, C).
 :class:`StepEngine` knows nothing of run directories: the run (:mod:`pkmixer.train.loop`) builds it, asks it
 for one epoch at a time, and saves and restores what it returns from :meth:`StepEngine.state_dict`
 (optimiser, schedule, Polyak average). The same functions build the model and data for evaluation.
+
+Data reach the model through one of two feeds (``data.pipeline``), with the same global batches in the same
+order (:class:`~pkmixer.train.distributed.GlobalBatchSampler`'s):
+
+* :class:`ResidentFeed`: a data set that fits in memory, held on the run's device as one tensor, augmented a
+  whole batch at a time with per-image draws keyed by (seed, epoch, step) (:mod:`pkmixer.data.resident`,
+  :mod:`pkmixer.data.batch_augment`) - what the paper's small models on 28-32 px images need;
+* :class:`PerSampleFeed`: a DataLoader with per-example transforms (image folders such as ImageNet, and the
+  augmentations that have no batched version).
+
+The training loop makes no host synchronisation per step: the loss is summed on the device and read once per
+epoch (a non-finite sum stops the run), except for the progress bar's occasional loss on a terminal.
 """
 from __future__ import annotations
 
+import math
 import sys
+from collections.abc import Iterable, Iterator
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -18,7 +32,9 @@ from timm.scheduler import CosineLRScheduler
 from torch import nn
 from tqdm import tqdm
 
-from ..data import build_dataset, build_loss, build_mixup, build_transform, dataset_info
+from ..data import (ResidentBatches, build_batch_augment, build_dataset, build_loss, build_mixup, build_transform,
+                    dataset_info, to_resident)
+from ..data.datasets import ArrayImages
 from ..errors import ConfigError
 from ..layers.decay import decayed_parameters
 from ..models.convert import import_checkpoint
@@ -164,47 +180,134 @@ def autocast(cfg: TrainConfig, device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16) if use else nullcontext()
 
 
-def evaluate(model: nn.Module, loader, ctx: dist_.Context, cfg: TrainConfig) -> dict[str, float]:
-    """Top-1 error and mean cross-entropy over the loader (summed over all processes)."""
+def evaluate(model: nn.Module, batches: Iterable, ctx: dist_.Context, cfg: TrainConfig) -> dict[str, float]:
+    """Top-1 error and mean cross-entropy over ``(images, labels)`` batches, summed over all processes (read
+    from the device once)."""
     model.eval()
-    loss_sum = correct = count = 0.0
+    loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+    correct = torch.zeros((), dtype=torch.int64, device=ctx.device)
+    count = 0
     with torch.no_grad():
-        for images, labels in loader:
+        for images, labels in batches:
             images, labels = images.to(ctx.device), labels.to(ctx.device)
             with autocast(cfg, ctx.device):
                 logits = model(images)
-            loss_sum += float(nn.functional.cross_entropy(logits.float(), labels, reduction="sum"))
-            correct += float((logits.argmax(1) == labels).sum())
+            loss_sum += nn.functional.cross_entropy(logits.float(), labels, reduction="sum").double()
+            correct += (logits.argmax(1) == labels).sum()
             count += labels.numel()
-    loss_sum, correct, count = dist_.all_reduce_sum([loss_sum, correct, count], ctx)
+    loss_sum, correct, count = dist_.all_reduce_sum([float(loss_sum), float(correct), count], ctx)
     return {"test_loss": loss_sum / count, "test_error": 1.0 - correct / count, "test_examples": int(count)}
+
+
+# ---- feeds ----------------------------------------------------------------------------------------------
+
+
+class PerSampleFeed:
+    """Global batches through a DataLoader of per-example transforms, then timm's mixup/cutmix."""
+
+    name = "per-sample"
+
+    def __init__(self, cfg: TrainConfig, ctx: dist_.Context, dataset, model: nn.Module, train: bool) -> None:
+        dataset.transform = transform_for(cfg, model, train)
+        size = cfg.data.batch_size if train else cfg.data.eval_batch_size
+        self.loader, self.sampler, self.generator = build_loader(dataset, size, ctx, cfg, train)
+        d = cfg.data
+        self.mixup = build_mixup(d.mixup, d.cutmix, d.mixup_switch_prob, d.label_smoothing,
+                                 model.num_classes) if train else None
+        self.ctx, self.seed = ctx, cfg.run.seed
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        self.sampler.set_epoch(epoch)
+        self.generator.manual_seed(self.seed * 100_003 + epoch)
+        for images, labels in self.loader:
+            images = images.to(self.ctx.device, non_blocking=True)
+            labels = labels.to(self.ctx.device, non_blocking=True)
+            if self.mixup is not None:
+                images, labels = self.mixup(images, labels)
+            yield images, labels
+
+
+class ResidentFeed:
+    """Global batches of a device-resident split, augmented whole (mixup/cutmix included)."""
+
+    name = "resident"
+
+    def __init__(self, cfg: TrainConfig, ctx: dist_.Context, dataset, model: nn.Module, train: bool) -> None:
+        self.augment = batch_augment_for(cfg, model, train, dataset.info)
+        self.data = to_resident(dataset, "train" if train else "test", ctx.device)
+        size = cfg.data.batch_size if train else cfg.data.eval_batch_size
+        self.batches = ResidentBatches(self.data, size, seed=cfg.run.seed, shuffle=train, drop_last=train,
+                                       rank=ctx.rank, world=ctx.world)
+        self.seed = cfg.run.seed
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        self.batches.set_epoch(epoch)
+        for b in self.batches:
+            yield self.augment(b.images, b.labels, seed=self.seed, epoch=epoch, step=b.step,
+                               rank_slice=b.rank_slice, global_size=b.global_size)
+
+
+def batch_augment_for(cfg: TrainConfig, model: nn.Module, train: bool, info):
+    """:func:`~pkmixer.data.build_batch_augment` for a split (ConfigError where there is no batched version)."""
+    d = cfg.data
+    if not train:
+        return build_batch_augment(info, train=False, img_size=model.img_size, in_chans=model.in_chans,
+                                   resize=d.resize, eval_crop=d.eval_crop, num_classes=model.num_classes)
+    return build_batch_augment(info, train=True, img_size=model.img_size, in_chans=model.in_chans,
+                               crop_padding=d.crop_padding, hflip=d.hflip, auto_augment=d.auto_augment,
+                               rand_augment=d.rand_augment, random_erasing=d.random_erasing,
+                               random_resized_crop=d.random_resized_crop, resize=d.resize, mixup_alpha=d.mixup,
+                               cutmix_alpha=d.cutmix, switch_prob=d.mixup_switch_prob,
+                               label_smoothing=d.label_smoothing, num_classes=model.num_classes)
+
+
+def choose_feed(cfg: TrainConfig, model: nn.Module, train_set) -> type[PerSampleFeed] | type[ResidentFeed]:
+    """``data.pipeline``: resident or per-sample as asked; auto takes resident where it can hold the data set
+    and batch its augmentations (a choice made from the config alone, never by timing)."""
+    if cfg.data.pipeline == "per-sample":
+        return PerSampleFeed
+    try:
+        for train in (True, False):
+            batch_augment_for(cfg, model, train, train_set.info)
+        if not isinstance(getattr(train_set, "source", None), ArrayImages):
+            raise ConfigError(f"{train_set.info.title} is not held in memory by its reader")
+    except ConfigError as err:
+        if cfg.data.pipeline == "resident":
+            raise ConfigError(f"data.pipeline=resident: {err}") from None
+        return PerSampleFeed
+    return ResidentFeed
 
 
 # ---- the engine -----------------------------------------------------------------------------------------
 
 
 class StepEngine:
-    """One run's training steps over per-example data loaders: the model (compiled, DDP-wrapped when asked),
+    """One run's training steps over a feed (module docstring): the model (compiled, DDP-wrapped when asked),
     optimiser, per-update schedule, mixup/cutmix, and - with ``optim.ema_decay`` - a Polyak average of the
     weights (timm's ``ModelEmaV3``; Mixer supp. A.2 found no consistent gain, so it is off by default),
     evaluated beside the raw weights."""
 
     def __init__(self, cfg: TrainConfig, ctx: dist_.Context, model: nn.Module, train_set, test_set) -> None:
         self.cfg, self.ctx, self.model = cfg, ctx, model
-        self.train_loader, self.sampler, self.generator = build_loader(train_set, cfg.data.batch_size, ctx, cfg, True)
-        self.test_loader, _, _ = build_loader(test_set, cfg.data.eval_batch_size, ctx, cfg, False)
-        if len(self.train_loader) == 0:
-            raise ConfigError(f"data.batch_size={cfg.data.batch_size} exceeds the {len(train_set)} training examples")
         d = cfg.data
-        self.mixup = build_mixup(d.mixup, d.cutmix, d.mixup_switch_prob, d.label_smoothing, model.num_classes)
-        if self.mixup is not None and (d.batch_size // ctx.world) % 2:
+        if (d.mixup > 0 or d.cutmix > 0) and (d.batch_size // ctx.world) % 2:
             raise ConfigError(f"mixup and cutmix pair examples within a batch: data.batch_size={d.batch_size} "
                               f"must give an even batch per process")
-        self.criterion = build_loss(self.mixup is not None, d.label_smoothing)
+        feed = choose_feed(cfg, model, train_set)
+        self.train_feed, self.test_feed = feed(cfg, ctx, train_set, model, True), feed(cfg, ctx, test_set, model, False)
+        if len(self.train_feed) == 0:
+            raise ConfigError(f"data.batch_size={d.batch_size} exceeds the {len(train_set)} training examples")
+        self.criterion = build_loss(d.mixup > 0 or d.cutmix > 0, d.label_smoothing)
         set_precision(cfg)
         model.to(ctx.device)
         self.optimizer = build_optimizer(cfg, model)
-        self.scheduler = build_scheduler(cfg, self.optimizer, len(self.train_loader))
+        self.scheduler = build_scheduler(cfg, self.optimizer, len(self.train_feed))
         self.ema = None
         if cfg.optim.ema_decay is not None:
             from timm.utils import ModelEmaV3
@@ -219,8 +322,12 @@ class StepEngine:
         self.net = net
 
     @property
+    def pipeline(self) -> str:
+        return self.train_feed.name
+
+    @property
     def steps_per_epoch(self) -> int:
-        return len(self.train_loader)
+        return len(self.train_feed)
 
     @property
     def lr(self) -> float:
@@ -242,24 +349,18 @@ class StepEngine:
             self.ema.module.load_state_dict(state["ema"])
 
     def train_epoch(self, epoch: int) -> float:
-        """One epoch of updates; the mean training loss. TrainingDiverged when the loss is not finite."""
+        """One epoch of updates; the mean training loss. TrainingDiverged when it is not finite."""
         cfg, ctx = self.cfg, self.ctx
-        self.sampler.set_epoch(epoch)
-        self.generator.manual_seed(cfg.run.seed * 100_003 + epoch)
         self.net.train()
-        loss_sum = seen = 0.0
-        updates = epoch * len(self.train_loader)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+        seen = 0
+        updates = epoch * self.steps_per_epoch
         show = ctx.is_main and cfg.run.progress and sys.stderr.isatty()
-        bar = tqdm(self.train_loader, desc=f"epoch {epoch + 1}/{cfg.schedule.epochs}", leave=False, disable=not show)
-        for images, labels in bar:
-            images, labels = images.to(ctx.device, non_blocking=True), labels.to(ctx.device, non_blocking=True)
-            if self.mixup is not None:
-                images, labels = self.mixup(images, labels)
+        bar = tqdm(total=self.steps_per_epoch, desc=f"epoch {epoch + 1}/{cfg.schedule.epochs}", leave=False,
+                   disable=not show)
+        for images, targets in self.train_feed.epoch(epoch):
             with autocast(cfg, ctx.device):
-                loss = self.criterion(self.net(images), labels)
-            bad = not bool(torch.isfinite(loss))
-            if dist_.broadcast_flag(bad, ctx) if ctx.world > 1 else bad:
-                raise TrainingDiverged(f"the loss became {float(loss.detach())} in epoch {epoch + 1}")
+                loss = self.criterion(self.net(images), targets)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.optim.clip_grad is not None:
@@ -269,16 +370,22 @@ class StepEngine:
             self.scheduler.step_update(updates)
             if self.ema is not None:
                 self.ema.update(self.model, step=updates)
-            loss_sum += float(loss.detach()) * labels.shape[0]
-            seen += labels.shape[0]
-            bar.set_postfix(loss=f"{float(loss.detach()):.4f}", lr=f"{self.lr:.2e}")
-        loss_sum, seen = dist_.all_reduce_sum([loss_sum, seen], ctx)
-        return loss_sum / seen
+            loss_sum += loss.detach().double() * images.shape[0]
+            seen += images.shape[0]
+            if show:
+                bar.update()
+                if updates % 25 == 0:  # reading the loss waits for the device: only for the display
+                    bar.set_postfix(loss=f"{float(loss):.4f}", lr=f"{self.lr:.2e}")
+        bar.close()
+        total, seen = dist_.all_reduce_sum([float(loss_sum), seen], ctx)
+        if not math.isfinite(total):
+            raise TrainingDiverged(f"the loss became {total / seen} in epoch {epoch + 1}")
+        return total / seen
 
     def evaluate(self) -> dict[str, float]:
         """Test loss and error of the weights, and of their Polyak average (``ema_`` keys) when kept."""
-        result = evaluate(self.net, self.test_loader, self.ctx, self.cfg)
+        result = evaluate(self.net, self.test_feed.epoch(0), self.ctx, self.cfg)
         if self.ema is not None:
-            ema = evaluate(self.ema.module, self.test_loader, self.ctx, self.cfg)
+            ema = evaluate(self.ema.module, self.test_feed.epoch(0), self.ctx, self.cfg)
             result.update(ema_test_loss=ema["test_loss"], ema_test_error=ema["test_error"])
         return result

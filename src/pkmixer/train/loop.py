@@ -193,7 +193,7 @@ def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log:
     if ctx.is_main:
         log(f"{cfg.model.name} ({params / 1e6:.3g} M parameters) on {cfg.data.name}: {len(sets['train'])} training "
             f"and {len(sets['test'])} test examples, {cfg.schedule.epochs} epochs, {ctx.world} process(es) on "
-            f"{ctx.device}, {_precision(cfg, ctx)}")
+            f"{ctx.device}, {_precision(cfg, ctx)}, {engine.pipeline} data pipeline")
     started = time.time()
     metrics: dict[str, Any] = {}
     end_epoch = cfg.schedule.epochs if stop_after is None else min(cfg.schedule.epochs, start_epoch + stop_after)
@@ -231,6 +231,7 @@ def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log:
     summary = {"status": "finished" if finished else "stopped", "epochs_done": end_epoch,
                "epochs": cfg.schedule.epochs, "best_test_error": best_error,
                "final_test_error": last_row.get("test_error"), "params": params, "precision": _precision(cfg, ctx),
+               "pipeline": engine.pipeline,
                "wall_time": time.time() - started, "processes": ctx.world}
     if "ema_test_error" in last_row:
         summary["final_ema_test_error"] = last_row["ema_test_error"]
