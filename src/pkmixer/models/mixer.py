@@ -43,6 +43,7 @@ from ..layers.mlp import FcAct, Mlp
 from ..layers.pk import PKMixing
 from .features import check_where, select_indices
 from .info import ModelInfo
+from .timm_api import TimmModel
 
 if TYPE_CHECKING:
     from ..theory.effective import EffectiveMLP
@@ -171,8 +172,15 @@ def _ratio_pair(mlp_ratio: float | Sequence[float]) -> tuple[float, float]:
     return check_positive("mlp_ratio", pair[0]), check_positive("mlp_ratio", pair[1])
 
 
-class Mixer(nn.Module):
+class Mixer(TimmModel, nn.Module):
     """MLP-Mixer (``block="mlp"``) or S-Mixer (``block="fc"``), normal or RP; see the module docstring."""
+
+    global_pool = "avg"  # timm's name of the head's pooling: the mean over tokens
+
+    @property
+    def num_features(self) -> int:
+        """Width of the pooled features the head reads (timm's convention): C."""
+        return self.embed_dim
 
     def __init__(
         self,

@@ -18,12 +18,21 @@ from ..errors import ConfigError, check_positive_int
 from ..layers.structured import KroneckerLinear, MonarchLinear
 from .features import check_where, select_indices
 from .info import ModelInfo
+from .timm_api import TimmModel
 
 WEIGHT_KINDS = ("dense", "kronecker", "monarch")
 
 
-class ShallowMLP(nn.Module):
+class ShallowMLP(TimmModel, nn.Module):
     """x -> B_c B₂ ReLU(B₁ x) (Sec. 3.3); see the module docstring."""
+
+    zero_head = False  # timm's reset_classifier: B_c has PyTorch's Linear initialisation, as here
+    first_conv = None  # no convolution: the image is flattened
+
+    @property
+    def num_features(self) -> int:
+        """Width of the features the head reads (timm's convention): n."""
+        return self.width
 
     def __init__(self, *, img_size: int = 28, in_chans: int = 1, num_classes: int = 10,
                  weights: str = "kronecker", factors: Sequence[int] | None = None) -> None:

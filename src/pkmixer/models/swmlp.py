@@ -28,6 +28,7 @@ from ..errors import ConfigError, check_density, check_positive, check_positive_
 from ..layers.sparse import SPARSE_LAYERS, MaskedLinear
 from .features import check_where, select_indices
 from .info import ModelInfo
+from .timm_api import TimmModel
 from .mixer import ACTIVATIONS
 
 
@@ -53,8 +54,13 @@ class SparseBlock(nn.Module):
         return self.forward_branch(x)[0]
 
 
-class SWMLP(nn.Module):
+class SWMLP(TimmModel, nn.Module):
     """Sparse-weight MLP with a per-patch FC stem; see the module docstring."""
+
+    @property
+    def num_features(self) -> int:
+        """Width of the features the head reads (timm's convention): m, no pooling."""
+        return self.width
 
     # options whose default changed, with the value a checkpoint that does not record them was written with;
     # pkmixer.train.checkpoint records them in every checkpoint and fills them in when reading an older one
