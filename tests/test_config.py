@@ -45,6 +45,17 @@ def test_overrides_after_preset():
     ({"data.eval_crop": "center"}, "resize-crop"),
     ({"optim.betas": [0.9]}, "list of 2"),
     ({"run.device": "tpu"}, "auto, cpu, cuda"),
+    ({"optim.lr": float("nan")}, "finite"),
+    ({"optim.betas": [2.0, 0.999]}, "optim.betas[0]=2.0 must lie in [0, 1)"),
+    ({"run.seed": -1}, "run.seed=-1 must lie in"),
+    ({"run.seed": 2**40}, "run.seed"),
+    ({"schedule.warmup_epochs": float("inf")}, "finite"),
+    ({"data.batch_size": 10**20}, "too large"),
+    ({"optim.momentum": 0.0}, "nesterov"),
+    ({"data.random_resized_crop": [0.9, 0.1]}, "area range"),
+    ({"data.name": "cifar11"}, "did you mean cifar10"),
+    ({"model.name": "smixer_t4"}, "did you mean"),
+    ({"data.auto_augment": "mnist"}, "auto_augment"),
 ])
 def test_bad_values_name_the_key(overrides, needle):
     with pytest.raises(ConfigError, match=needle.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
@@ -63,3 +74,14 @@ def test_bad_files(tmp_path):
         build_config(load_yaml(tmp_path / "section.yaml"))
     with pytest.raises(ConfigError, match="no config file"):
         load_yaml(tmp_path / "missing.yaml")
+
+
+def test_yaml_nan_and_binary_files(tmp_path):
+    (tmp_path / "nan.yaml").write_text("optim:\n  lr: .nan\n")
+    (tmp_path / "binary.yaml").write_bytes(bytes(range(256)))
+    with pytest.raises(ConfigError, match="optim.lr=nan must be a finite number"):
+        build_config(load_yaml(tmp_path / "nan.yaml"))
+    with pytest.raises(ConfigError, match="not a text file"):
+        load_yaml(tmp_path / "binary.yaml")
+    with pytest.raises(ConfigError, match="is a folder"):
+        load_yaml(tmp_path)

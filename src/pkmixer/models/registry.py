@@ -12,6 +12,12 @@ working, and ``model.spec.name`` is the name the model was asked for.
 
 Every entry names the data set it is meant for; the model's timm ``pretrained_cfg`` carries that data set's
 normalisation (:mod:`pkmixer.models.timm_api`).
+
+Sizes that cannot be built are refused before they are allocated (:class:`BuildBudget`): while a model is
+built, every tensor it asks for is checked against the memory available (on the meta device only the CPU
+tensors that a meta model still keeps, such as SW-MLP masks, count), and a build that runs more than
+:data:`MAX_BUILD_OPS` tensor operations (e.g. ``depth=10**6``) is stopped. With Linux's memory overcommit an
+oversized allocation would not fail cleanly but end in the OOM killer.
 """
 from __future__ import annotations
 
@@ -19,11 +25,16 @@ import fnmatch
 import inspect
 import re
 import sys
+import math
+import os
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from ..errors import ConfigError, unknown_name
 from .mixer import Mixer
@@ -139,11 +150,166 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
             raise unknown_name(f"option for {entry.name}", key, accepted)
     defaults = {k: v for k, v in entry.defaults.items()
                 if not any(k in _SUPERSEDES.get(o, ()) for o in overrides)}
-    model = entry.cls(**{**defaults, **overrides})
+    what = entry.name + (f"({', '.join(f'{k}={v!r}' for k, v in overrides.items())})" if overrides else "")
+    kwargs = {**defaults, **overrides}
+    depth = kwargs.get("depth")
+    if isinstance(depth, int) and not isinstance(depth, bool) and depth > MAX_DEPTH:
+        raise ConfigError(f"depth={depth} is more blocks than pkmixer builds (at most {MAX_DEPTH}; the paper's "
+                          "deepest model has 32)")
+    try:
+        with BuildBudget(what) as budget:
+            budget.precheck(entry.cls, kwargs)
+            model = entry.cls(**kwargs)
+    except (OverflowError, MemoryError) as err:
+        raise ConfigError(f"{what} cannot be built: its sizes are too large ({type(err).__name__})") from None
+    except (RuntimeError, TypeError) as err:  # torch: "Storage size calculation overflowed", "can't allocate"
+        text = str(err).lower()
+        if not any(word in text for word in ("overflow", "allocate", "out of memory")):
+            raise
+        raise ConfigError(f"{what} cannot be built: its sizes are too large ({str(err).splitlines()[0][:120]})") \
+            from None
     model.spec = ModelSpec(entry.name, dict(overrides))
     if isinstance(model, TimmModel) and entry.data_set is not None:
         model.data_set = entry.data_set
     return model
+
+
+# ---- the build budget -----------------------------------------------------------------------------------
+
+MAX_DEPTH = 1000  # blocks: refused at once (a Python loop per block would otherwise run for hours)
+MAX_BUILD_OPS = 50_000  # tensor operations while building one model; the largest zoo entry (H/14) uses 4 428
+_FACTORIES = {torch.empty, torch.zeros, torch.ones, torch.full, torch.rand, torch.randn, torch.randint,
+              torch.randperm, torch.arange, torch.eye, torch.empty_strided, torch.linspace}
+
+
+def available_memory(device: torch.device | None = None) -> int:
+    """Bytes that can be allocated now: free GPU memory on a CUDA device; otherwise MemAvailable of
+    /proc/meminfo (Linux), else the free physical pages."""
+    if device is not None and device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62  # unknown: do not refuse
+
+
+def _requested(func: Callable, args: tuple, kwargs: dict) -> int:
+    """Elements a factory call asks for, computed from its arguments without calling it."""
+    if func is torch.randperm:
+        return int(args[0])
+    if func is torch.arange:
+        bounds = [float(a) for a in args if isinstance(a, (int, float))]
+        start, end, step = (0.0, bounds[0], 1.0) if len(bounds) == 1 else (*bounds[:2], (bounds[2:] or [1.0])[0])
+        return max(0, math.ceil((end - start) / step)) if step else 0
+    if func is torch.eye:
+        n = int(args[0])
+        return n * int(args[1] if len(args) > 1 and isinstance(args[1], int) else kwargs.get("m", n))
+    if func is torch.linspace:
+        return int(args[2] if len(args) > 2 else kwargs.get("steps", 0))
+    if func is torch.randint:
+        size = kwargs.get("size", next((a for a in args if isinstance(a, (tuple, list, torch.Size))), ()))
+    elif "size" in kwargs:
+        size = kwargs["size"]
+    else:
+        size = args[0] if args and isinstance(args[0], (tuple, list, torch.Size)) else \
+            [a for a in args if isinstance(a, int) and not isinstance(a, bool)]
+        if func is torch.full:
+            size = args[0]
+    return math.prod(int(n) for n in size)
+
+
+class BuildBudget(TorchFunctionMode):
+    """Refuse (ConfigError) a model build whose tensors would not fit in the available memory, before they are
+    allocated, or that runs more than :data:`MAX_BUILD_OPS` tensor operations.
+
+    Every factory call (``torch.empty``, ``zeros``, ``rand``, ...) is sized from its arguments before it runs;
+    the bytes of the storages made on a real device that are still alive add up, and the build stops as soon
+    as the sum passes the memory available when the build began. :meth:`precheck` sizes what a model class
+    is known to need before it starts (the SW-MLP's masks, whose sampling alone takes minutes when huge)."""
+
+    def __init__(self, what: str, limit: int | None = None) -> None:
+        super().__init__()
+        self.what, self.limit, self.used, self.ops = what, limit, 0, 0
+        self._live: set[tuple[int, torch.device]] = set()
+
+    def _free(self, key: tuple[int, torch.device], nbytes: int) -> None:
+        self._live.discard(key)
+        self.used -= nbytes
+
+    def precheck(self, cls: type, kwargs: dict[str, Any]) -> None:
+        estimate = _PRECHECKS.get(cls)
+        if estimate is None:
+            return
+        try:
+            need = estimate(kwargs, torch.get_default_device().type == "meta")
+        except (TypeError, ValueError, KeyError, OverflowError, ZeroDivisionError):
+            return  # bad arguments: the class itself says what is wrong
+        if need > self.limit:
+            self._refuse(need)
+
+    def __enter__(self):
+        if self.limit is None:
+            default = torch.get_default_device()
+            self.limit = available_memory(default if default.type != "meta" else None)
+        return super().__enter__()
+
+    def _refuse(self, extra: int) -> None:
+        raise ConfigError(f"{self.what} needs more than {(self.used + extra) / 2**30:.3g} GiB to build, beyond the "
+                          f"{self.limit / 2**30:.3g} GiB of memory available; make it smaller")
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.ops += 1
+        if self.ops > MAX_BUILD_OPS:
+            raise ConfigError(f"{self.what} takes more than {MAX_BUILD_OPS} tensor operations to build "
+                              "(too many layers?); make it smaller")
+        if func in _FACTORIES:
+            device = torch.device(kwargs["device"]) if kwargs.get("device") is not None \
+                else torch.get_default_device()
+            if device.type != "meta":
+                dtype = kwargs.get("dtype") or (torch.int64 if func in (torch.randperm, torch.randint)
+                                                else torch.get_default_dtype())
+                try:
+                    need = _requested(func, args, kwargs) * dtype.itemsize
+                except (TypeError, ValueError, IndexError, OverflowError):
+                    need = 0  # a form not parsed here: counted after the call
+                if self.used + need > self.limit:
+                    self._refuse(need)
+        out = func(*args, **kwargs)
+        if isinstance(out, torch.Tensor) and out.device.type != "meta":
+            storage = out.untyped_storage()
+            key = (storage.data_ptr(), storage.device)
+            if storage.nbytes() and key not in self._live:  # a new storage (not a view, not in place)
+                self._live.add(key)
+                self.used += storage.nbytes()
+                weakref.finalize(storage, self._free, key, storage.nbytes())
+                if self.used > self.limit:
+                    self._refuse(0)
+        return out
+
+
+def _swmlp_bytes(kw: dict[str, Any], meta: bool) -> int:
+    """Bytes the SW-MLP's sparse layers hold: per kept weight two int64 coordinates (kept on the CPU even
+    on the meta device) and a float32 value; the "masked" format also holds the dense mask and weight."""
+    grid = (int(kw.get("img_size", 32)) // int(kw.get("patch_size", 4))) ** 2
+    d0 = grid * int(kw.get("embed_dim", 64))
+    m = d0 if kw.get("width") is None else int(kw["width"])
+    p, depth = float(kw.get("density", 1.0)), int(kw.get("depth", 8))
+    dims = [m, m] if kw.get("block", "fc") == "fc" else [m, max(1, int(float(kw.get("mlp_ratio", 1.0)) * m)), m]
+    dense = depth * sum(a * b for a, b in zip(dims[:-1], dims[1:])) + (d0 * m if m != d0 else 0)
+    if kw.get("weight_format", "sparse") == "masked":
+        return int(dense * (1 if meta else 5) + 16 * p * dense)
+    return int(p * dense * (16 if meta else 20))
+
+
+_PRECHECKS: dict[type, Callable[[dict[str, Any], bool], int]] = {SWMLP: _swmlp_bytes}
 
 
 # an override of the key replaces these defaults of an entry (e.g. γ instead of Table 1's hidden widths)

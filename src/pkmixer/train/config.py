@@ -9,6 +9,7 @@ registered model's own options (``--set model.depth=4``), checked when the model
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -114,6 +115,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
+MAX_INT = 2**31 - 1  # no count, size or seed of a run goes beyond this
+MAX_SEED = 2**32 - 1  # NumPy's seeds
+MAX_EPOCHS = 1_000_000
+MAX_WORKERS = 256  # DataLoader worker processes
+
+
 def _check_value(where: str, value: Any, kind: Any) -> Any:
     """``value`` converted to the annotated ``kind``, or a ConfigError naming ``where`` and what is allowed."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)
@@ -141,11 +148,19 @@ def _check_value(where: str, value: Any, kind: Any) -> Any:
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{where}={value!r} must be an integer")
+        if abs(value) > MAX_INT:
+            raise ConfigError(f"{where}={value!r} is too large (at most {MAX_INT})")
         return value
     if kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}={value!r} must be a number")
-        return float(value)
+        try:
+            value = float(value)
+        except OverflowError:
+            raise ConfigError(f"{where}={value!r} is too large") from None
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}={value!r} must be a finite number")
+        return value
     if kind is str:
         if not isinstance(value, str):
             raise ConfigError(f"{where}={value!r} must be a string")
@@ -168,33 +183,73 @@ def _section(name: str, cls: type, values: dict[str, Any], base: Any) -> Any:
 
 
 def _check_ranges(cfg: TrainConfig) -> None:
-    d, o, s = cfg.data, cfg.optim, cfg.schedule
+    """Every value against its domain (types and finiteness were checked by :func:`_check_value`)."""
+    from ..data import check_rand_augment, list_datasets
+    from ..data.transforms import AUTO_AUGMENT_POLICIES, EVAL_CROPS
+    from ..models.registry import model_entry
+
+    m, d, o, s, r = cfg.model, cfg.data, cfg.optim, cfg.schedule, cfg.run
+    model_entry(m.name)  # an unknown model is refused with the closest names
+    if m.init is not None and not m.init.strip():
+        raise ConfigError("model.init must name a checkpoint file (or be null)")
+    if d.name != "auto" and d.name not in list_datasets():
+        from ..errors import unknown_name
+        raise unknown_name("data set (data.name)", d.name, ["auto", *list_datasets()])
+    if d.data_dir is not None and not d.data_dir.strip():
+        raise ConfigError("data.data_dir must name a folder (or be null)")
     positive = {"data.batch_size": d.batch_size, "data.eval_batch_size": d.eval_batch_size,
-                "schedule.epochs": s.epochs, "run.save_every": cfg.run.save_every}
+                "schedule.epochs": s.epochs, "run.save_every": r.save_every}
     for key, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{key}={value} must be positive")
-    for key, value in {"data.train_subset": d.train_subset, "data.test_subset": d.test_subset}.items():
+    if s.epochs > MAX_EPOCHS:
+        raise ConfigError(f"schedule.epochs={s.epochs} is more than {MAX_EPOCHS}")
+    for key, value in {"data.train_subset": d.train_subset, "data.test_subset": d.test_subset,
+                       "data.resize": d.resize}.items():
         if value is not None and value <= 0:
-            raise ConfigError(f"{key}={value} must be positive (or null for all)")
+            raise ConfigError(f"{key}={value} must be positive (or null)")
+    if not 0 <= r.seed <= MAX_SEED:
+        raise ConfigError(f"run.seed={r.seed} must lie in [0, {MAX_SEED}]")
+    if d.crop_padding is not None and d.crop_padding < 0:
+        raise ConfigError(f"data.crop_padding={d.crop_padding} must not be negative (or null for none)")
+    if not 0 <= d.workers <= MAX_WORKERS:
+        raise ConfigError(f"data.workers={d.workers} must lie in [0, {MAX_WORKERS}]")
     unit = {"data.val_fraction": d.val_fraction, "data.random_erasing": d.random_erasing,
-            "data.label_smoothing": d.label_smoothing, "data.mixup_switch_prob": d.mixup_switch_prob}
+            "data.label_smoothing": d.label_smoothing, "data.mixup_switch_prob": d.mixup_switch_prob,
+            "optim.betas[0]": o.betas[0], "optim.betas[1]": o.betas[1]}
     for key, value in unit.items():
         if not 0 <= value < 1 and not (key == "data.mixup_switch_prob" and value == 1):
             raise ConfigError(f"{key}={value} must lie in [0, 1)")
-    nonneg = {"data.workers": d.workers, "data.mixup": d.mixup, "data.cutmix": d.cutmix,
-              "optim.weight_decay": o.weight_decay, "optim.momentum": o.momentum,
+    if not 0 <= o.momentum <= 1:
+        raise ConfigError(f"optim.momentum={o.momentum} must lie in [0, 1]")
+    if o.name == "sgd" and o.nesterov and o.momentum == 0:
+        raise ConfigError("optim.nesterov=true needs optim.momentum > 0 (or set optim.nesterov=false)")
+    nonneg = {"data.mixup": d.mixup, "data.cutmix": d.cutmix, "optim.weight_decay": o.weight_decay,
               "schedule.warmup_epochs": s.warmup_epochs, "schedule.min_lr": s.min_lr,
               "schedule.warmup_lr": s.warmup_lr}
     for key, value in nonneg.items():
         if value < 0:
             raise ConfigError(f"{key}={value} must not be negative")
+    if s.warmup_epochs > MAX_EPOCHS:
+        raise ConfigError(f"schedule.warmup_epochs={s.warmup_epochs} is more than {MAX_EPOCHS}")
     if o.lr <= 0:
         raise ConfigError(f"optim.lr={o.lr} must be positive")
     if o.clip_grad is not None and o.clip_grad <= 0:
         raise ConfigError(f"optim.clip_grad={o.clip_grad} must be positive (or null for none)")
-    if d.eval_crop not in (None, "resize-crop", "resmall-crop"):
-        raise ConfigError(f"data.eval_crop={d.eval_crop!r} is not allowed; choose resize-crop or resmall-crop")
+    if o.ema_decay is not None and not 0 < o.ema_decay < 1:
+        raise ConfigError(f"optim.ema_decay={o.ema_decay} must lie in (0, 1) (or null for none)")
+    if d.random_resized_crop is not None:
+        low, high = d.random_resized_crop
+        if not 0 < low <= high <= 1:
+            raise ConfigError(f"data.random_resized_crop={list(d.random_resized_crop)} must be an area range "
+                              "[low, high] with 0 < low <= high <= 1")
+    if d.eval_crop not in (None, *EVAL_CROPS):
+        raise ConfigError(f"data.eval_crop={d.eval_crop!r} is not allowed; choose {' or '.join(EVAL_CROPS)}")
+    if d.auto_augment is not None and d.auto_augment not in AUTO_AUGMENT_POLICIES:
+        raise ConfigError(f"data.auto_augment={d.auto_augment!r} is not allowed; choose one of "
+                          f"{', '.join(AUTO_AUGMENT_POLICIES)}")
+    if d.rand_augment is not None:
+        check_rand_augment(d.rand_augment)
 
 
 def build_config(preset: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None,
@@ -227,11 +282,17 @@ def build_config(preset: dict[str, Any] | None = None, overrides: dict[str, Any]
 def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"no config file at {path}")
+        raise ConfigError(f"no config file at {path}" if not path.is_dir() else f"{path} is a folder, not a config file")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a text file (not UTF-8); a config is a YAML file") from None
+    except OSError as err:
+        raise ConfigError(f"cannot read {path} ({err.strerror or type(err).__name__})") from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path} is not valid YAML: {str(err).splitlines()[0]}")
+        raise ConfigError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
+    except (ValueError, TypeError, OverflowError, RecursionError) as err:  # e.g. a timestamp out of range
+        raise ConfigError(f"{path} holds a value YAML cannot read ({type(err).__name__}: {err})") from None
     return data or {}
 
 
