@@ -46,11 +46,11 @@ class DataConfig:
     crop_padding: int | None = None  # random crop after zero padding (App. C.4: CIFAR 4)
     hflip: bool = False  # random horizontal flip
     auto_augment: str | None = None  # AutoAugment policy: cifar10, imagenet or svhn
-    rand_augment: str | None = None  # timm RandAugment policy, e.g. rand-m9-mstd0.5-inc1 (App. C.5)
+    rand_augment: str | None = None  # timm's rand-m9-mstd0.5-inc1 (App. C.5), big_vision's bigvision-n2-m15 (supp. B)
     random_erasing: float = 0.0  # probability of random erasing (App. C.5: 0.25)
     random_resized_crop: tuple[float, float] | None = None  # Inception crop area range, e.g. [0.08, 1.0] (ImageNet)
     resize: int | None = None  # resize before cropping (App. D.6: STL-10 at 90)
-    eval_crop: str | None = None  # resize-crop or resmall-crop (Mixer supp. C); None: resize only
+    eval_crop: str | None = None  # resize-crop or resmall-crop (Mixer supp. C); None: resize, imagenet timm's
     mixup: float = 0.0  # mixup α (App. C.5: 0.8)
     cutmix: float = 0.0  # cutmix α (App. C.5: 1.0)
     mixup_switch_prob: float = 0.5  # probability of cutmix when both are on
