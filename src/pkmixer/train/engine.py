@@ -38,7 +38,7 @@ from ..data.datasets import ArrayImages
 from ..errors import ConfigError
 from ..layers.decay import decayed_parameters
 from ..models.convert import import_checkpoint
-from ..models.registry import create_model
+from ..models.registry import canonical_name, create_model
 from ..models.resolution import enlarged_options, enlarged_state_dict
 from . import distributed as dist_
 from .checkpoint import model_from_checkpoint
@@ -67,7 +67,7 @@ def _model_from_init(name: str, path: str, options: dict[str, Any]) -> nn.Module
     when larger (Mixer supp. C) - and class count (a fresh head when it differs). The checkpoint is a
     pkmixer ``.pt``, a timm state dict or a Flax ``.npz`` of Google's (:func:`import_checkpoint`)."""
     source = import_checkpoint(path).model
-    if source.spec.name != name:
+    if canonical_name(source.spec.name) != canonical_name(name):  # an old name and its new one are one model
         raise ConfigError(f"model.init {path} holds a {source.spec.name}, not the configured {name}")
     size = options.get("img_size", getattr(source, "img_size", None))
     if size != getattr(source, "img_size", None):
