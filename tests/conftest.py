@@ -1,3 +1,5 @@
+import os
+
 import pytest
 import torch
 
@@ -30,3 +32,9 @@ def run_main(capsys, *args: str) -> tuple[int, str, str]:
         code = exit_.code
     out, err = capsys.readouterr()
     return code, out, err
+
+
+# Tests run with one torch thread: the machine is shared, and a thread that loses its core stalls every
+# parallel region. `pkmixer.cli.main` reads PKMIXER_THREADS, so in-process CLI calls keep the same count.
+os.environ.setdefault("PKMIXER_THREADS", "1")
+torch.set_num_threads(int(os.environ["PKMIXER_THREADS"]))

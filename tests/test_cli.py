@@ -190,3 +190,39 @@ def test_analysis_verbs_bad_input(capsys, tmp_path, monkeypatch, args, needle):
     assert code == 2, (out, err)
     assert len(err.strip().splitlines()) == 1 and needle in err, err
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize("name,overrides,needle", [
+    ("smixer_t4_28", dict(embed_dim=10**6), "GiB"),  # 4 TB of weights: refused before the allocation
+    ("swmlp_t4_28", dict(width=10**7), "GiB"),  # the masks' sampling alone would take hours
+    ("smixer_t4_28", dict(depth=10**6), "blocks"),
+])
+def test_sizes_that_cannot_be_built_are_refused(name, overrides, needle):
+    with pytest.raises(ConfigError, match=needle):
+        pkmixer.create_model(name, **overrides)
+
+
+def test_huge_models_still_build_on_the_meta_device():
+    import torch
+
+    with torch.device("meta"):
+        model = pkmixer.create_model("smixer_t4_28", embed_dim=10**5)
+        with pytest.raises(ConfigError, match="too large"):  # beyond torch's sizes even there
+            pkmixer.create_model("smixer_t4_28", embed_dim=10**20)
+    assert sum(p.numel() for p in model.parameters()) > 10**10
+
+
+def test_threads_option_and_environment(capsys, monkeypatch):
+    import torch
+
+    from pkmixer.cli import default_threads
+
+    assert 1 <= default_threads() <= 8
+    try:
+        code, _, _ = run_main(capsys, "width", "--omega", "2**18", "--threads", "2")
+        assert code == 0 and torch.get_num_threads() == 2
+        monkeypatch.setenv("PKMIXER_THREADS", "1")
+        code, _, _ = run_main(capsys, "width", "--omega", "2**18")
+        assert code == 0 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(1)

@@ -3,18 +3,65 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from pathlib import Path
 from collections.abc import Sequence
 
 import torch
 
-from .errors import ConfigError
+from .errors import ConfigError, check_input_file, check_output_path
 from .models.registry import create_model, list_models, model_entry
 from .overrides import parse_overrides
 
 # explicit sparse matrices in float64 beyond this many non-zeros take too long and too much memory
 MAX_EFFECTIVE_NNZ = 50_000_000
+MAX_BATCH = 4096  # inputs of `effective`
+MAX_CKA_EXAMPLES = 1 << 20  # inputs of `cka`
+MAX_SEED = 2**32 - 1  # NumPy's seeds
+MAX_COUNT = 2**31 - 1  # sizes, counts and batches that are only counted, never allocated
+MAX_SPECTRUM_WIDTH = 2**20  # `spectrum --widths`: (Ω/γ)^(2/3) at Ω = 2**30
+
+# torch threads of a command (`--threads N`, else PKMIXER_THREADS, else default_threads())
+THREADS_ENV = "PKMIXER_THREADS"
+MAX_DEFAULT_THREADS = 8  # small models gain little beyond this; each thread is one more to wait for at a barrier
+MAX_THREADS = 1024
+
+
+def default_threads() -> int:
+    """The cores of this process's CPU set that were idle over the last minute (cores minus the 1-minute load
+    average, rounded up), at least 1 and at most :data:`MAX_DEFAULT_THREADS`. OpenMP threads wait for each other
+    at every parallel region, so a thread that shares its core with another busy process slows the whole step
+    down (2-thread runs measured 3-10x slower than 1-thread runs on 2 loaded cores); leaving busy cores alone
+    costs at most the parallel speed-up."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    try:
+        busy = math.ceil(os.getloadavg()[0] - 0.25)  # a little noise is not a busy core
+    except OSError:
+        busy = 0
+    return max(1, min(MAX_DEFAULT_THREADS, cores - max(0, busy)))
+
+
+def _threads(value: int | None) -> int:
+    """The thread count to use: ``--threads``, else $PKMIXER_THREADS, else :func:`default_threads`."""
+    if value is None:
+        text = os.environ.get(THREADS_ENV, "").strip()
+        if not text:
+            return default_threads()
+        try:
+            value = int(text)
+        except ValueError:
+            raise ConfigError(f"{THREADS_ENV}={text!r} must be a whole number of threads") from None
+        where = THREADS_ENV
+    else:
+        where = "--threads"
+    if not 1 <= value <= MAX_THREADS:
+        raise ConfigError(f"{where} must lie in [1, {MAX_THREADS}], got {value}")
+    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,8 +106,8 @@ def cmd_effective(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.set)
     with torch.device("meta"):
         info = create_model(args.name, **overrides).info()
-    if args.batch <= 0:
-        raise ConfigError(f"--batch must be positive, got {args.batch}")
+    if not 0 < args.batch <= MAX_BATCH:
+        raise ConfigError(f"--batch must lie in [1, {MAX_BATCH}], got {args.batch}")
     total = info.connections * info.mixing_layers
     if total > MAX_EFFECTIVE_NNZ:
         raise ConfigError(f"{args.name} has about {total:.2g} effective connections, too many for explicit matrices "
@@ -95,10 +142,29 @@ def _csv(text: str, kind: type, flag: str) -> list:
         raise ConfigError(f"{flag} expects comma-separated {kind.__name__} values, got {text!r}") from None
 
 
-def _fresh_output(path: str | None, overwrite: bool) -> str | None:
-    """An output file that does not exist yet (results are never overwritten unless asked)."""
-    if path is not None and Path(path).exists() and not overwrite:
-        raise ConfigError(f"{path} exists; pass --overwrite to replace it")
+def _fresh_output(path: str | None, overwrite: bool, what: str = "figure") -> str | None:
+    """An output file that can be written: not a folder, not under a file, in a folder that accepts files, and
+    not existing yet unless ``overwrite`` (results are never overwritten unless asked); a figure's suffix too."""
+    if path is None:
+        return None
+    if what == "figure":
+        from .figures import figure_path
+
+        figure_path(path)
+    check_output_path(path, what, overwrite=overwrite)
+    return path
+
+
+def _bounded(flag: str, value: int | float | None, low: int | float, high: int | float) -> None:
+    """A numeric option in [low, high] (finite); None (not given) passes."""
+    if value is not None and not (math.isfinite(value) and low <= value <= high):
+        raise ConfigError(f"{flag} must lie in [{low}, {high}], got {value}")
+
+
+def _data_dir(path: str | None) -> str | None:
+    """--data-dir: an existing folder."""
+    if path is not None and not Path(path).is_dir():
+        raise ConfigError(f"--data-dir {path} is not a folder" if Path(path).exists() else f"no folder at {path}")
     return path
 
 
@@ -133,6 +199,8 @@ def cmd_width(args: argparse.Namespace) -> int:
 
     if args.C is not None and args.pairs is not None:
         raise ConfigError("give --C or --pairs, not both")
+    _bounded("--pairs", args.pairs, 1, 10_000)
+    _bounded("--c-min", args.c_min, 1, MAX_COUNT)
     channels = None if args.C is None else _csv(args.C, int, "--C")
     densities = None if args.density is None else _csv(args.density, float, "--density")
     rows = width_table(args.omega, args.gamma, channels=channels, count=args.pairs, densities=densities,
@@ -156,6 +224,10 @@ def cmd_spectrum(args: argparse.Namespace) -> int:
 
     _fresh_output(args.plot, args.overwrite)
     widths = None if args.widths is None else _csv(args.widths, int, "--widths")
+    if widths is not None and any(not 0 < m <= MAX_SPECTRUM_WIDTH for m in widths):
+        raise ConfigError(f"--widths must lie in [1, {MAX_SPECTRUM_WIDTH}], got {args.widths}")
+    if not 0 < args.seeds <= 1000:
+        raise ConfigError(f"--seeds must lie in [1, 1000], got {args.seeds}")
     report = spectrum_report(args.omega, args.gamma, widths, args.seeds, args.seed)
     if args.plot:
         report["plot"] = str(plot_lambda_max(report, args.plot))
@@ -179,9 +251,20 @@ def cmd_cka(args: argparse.Namespace) -> int:
     from .analysis.cka import cka_matrix, plot_cka
 
     _fresh_output(args.plot, args.overwrite)
+    _data_dir(args.data_dir)
     for flag in ("batches", "batch_size"):
-        if getattr(args, flag) <= 0:
-            raise ConfigError(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+        if not 0 < getattr(args, flag) <= MAX_CKA_EXAMPLES:
+            raise ConfigError(f"--{flag.replace('_', '-')} must lie in [1, {MAX_CKA_EXAMPLES}], got {getattr(args, flag)}")
+    if args.batches * args.batch_size > MAX_CKA_EXAMPLES:
+        raise ConfigError(f"--batches x --batch-size is {args.batches * args.batch_size} examples, more than "
+                          f"{MAX_CKA_EXAMPLES}")
+    if args.data != "gaussian":
+        from .data import list_datasets
+
+        if args.data not in list_datasets():
+            from .errors import unknown_name
+
+            raise unknown_name("data set (--data)", args.data, ["gaussian", *list_datasets()])
     torch.manual_seed(args.seed)
     model_a, model_b = (_load_model_arg(text, {}) for text in (args.a, args.b))
     shapes = [(m.in_chans, m.img_size) for m in (model_a, model_b)]
@@ -222,6 +305,19 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
              "float64": torch.float64}[args.dtype]
+    _bounded("--batch-size", args.batch_size, 1, MAX_COUNT)
+    omega_only = {"gamma": 2.0, "depth": 3, "embed_dim": None, "img_size": 32, "patch_size": 4, "num_classes": 10}
+    if args.omega is None:
+        given = [k for k, default in omega_only.items() if getattr(args, k) != default]
+        if given:
+            raise ConfigError(f"--{given[0].replace('_', '-')} applies to --omega only; for a named model use "
+                              f"--set {given[0] if given[0] != 'gamma' else 'mlp_ratio'}=VALUE")
+    else:
+        if not 0 < args.gamma < math.inf:
+            raise ConfigError(f"--gamma must be a positive finite number, got {args.gamma}")
+        for key in ("depth", "embed_dim", "img_size", "patch_size", "num_classes"):
+            if getattr(args, key) is not None:
+                _bounded(f"--{key.replace('_', '-')}", getattr(args, key), 1, MAX_COUNT)
     if args.omega is not None:
         if args.names:
             raise ConfigError("give model names or --omega, not both")
@@ -259,6 +355,8 @@ def cmd_visualize(args: argparse.Namespace) -> int:
     from .analysis.visualize import visualize
 
     _fresh_output(args.out, args.overwrite)
+    if args.set and args.model is None:
+        raise ConfigError("--set applies to --model; without a model there is nothing to set")
     options = parse_overrides(args.option)
     torch.manual_seed(args.seed)
     model = None if args.model is None else _load_model_arg(args.model, parse_overrides(args.set))
@@ -271,6 +369,11 @@ def cmd_implicit_l1(args: argparse.Namespace) -> int:
     """Prop. 3.3 on a small regression: L2-regularised Kronecker optimum ≥ L1-regularised dense optimum."""
     from .theory.regularization import implicit_l1_report
 
+    for flag, value, high in (("--S", args.S, 1024), ("--C", args.C, 1024), ("--samples", args.samples, 10**6),
+                              ("--restarts", args.restarts, 1000)):
+        _bounded(flag, value, 1, high)
+    _bounded("--lam", args.lam, 0, math.inf)
+    _bounded("--noise", args.noise, 0, math.inf)
     report = implicit_l1_report(S=args.S, C=args.C, lam=args.lam, n_samples=args.samples, noise=args.noise,
                                 seed=args.seed, restarts=args.restarts)
     if args.json:
@@ -283,20 +386,25 @@ def cmd_implicit_l1(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Train a registered model (App. C recipes); a run directory keeps config, metrics and checkpoints."""
-    from .train.config import build_config, load_yaml
+    from .train.config import MAX_EPOCHS, build_config, load_yaml
     from .train.loop import TrainingDiverged, default_run_dir, train
 
     overrides = parse_overrides(args.set)
     if args.data_dir is not None:
         overrides["data.data_dir"] = args.data_dir
+    _bounded("--stop-after", args.stop_after, 1, MAX_EPOCHS)
     if args.resume:
         if args.run_dir is None:
             raise ConfigError("--resume needs --run-dir DIR")
+        if not Path(args.run_dir).is_dir():
+            raise ConfigError(f"no run directory at {args.run_dir} to resume")
         cfg = None if args.config is None and not overrides else \
             build_config(None if args.config is None else load_yaml(args.config), overrides)
     else:
         cfg = build_config(None if args.config is None else load_yaml(args.config), overrides)
     run_dir = args.run_dir or default_run_dir(cfg)
+    if not args.resume:
+        _preflight(cfg, run_dir)
     try:
         summary = train(cfg, run_dir, resume=args.resume, stop_after=args.stop_after)
     except TrainingDiverged as err:
@@ -312,10 +420,60 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_classes(cfg) -> dict:
+    """The model options with the data set's class count unless they set one; fewer classes than the data set's
+    labels are refused (the loss would index past the logits)."""
+    from .data import dataset_info
+
+    d, options = cfg.data, dict(cfg.model.options)
+    data_classes = None if d.name == "imagenet" else dataset_info("digits" if d.name == "auto" else d.name).num_classes
+    if data_classes is not None:
+        classes = options.setdefault("num_classes", data_classes)
+        if isinstance(classes, int) and not isinstance(classes, bool) and 0 < classes < data_classes:
+            raise ConfigError(f"model.num_classes={classes} is fewer than the {data_classes} classes of "
+                              f"{d.name} (labels 0..{data_classes - 1})")
+    return options
+
+
+def _preflight(cfg, run_dir: str | Path) -> None:
+    """What a new run will need, checked before its directory is made: a run directory that can be created,
+    the data folder, the model.init file, a model that builds (on the meta device) with at least the data
+    set's classes, and memory for its weights, gradients and optimizer state."""
+    from .models.registry import available_memory
+
+    check_output_path(run_dir, "run directory", folder=True)  # an existing one: train() refuses it
+    d, m = cfg.data, cfg.model
+    if d.data_dir is not None:
+        if d.download:
+            check_output_path(d.data_dir, "data.data_dir", folder=True)
+        elif not Path(d.data_dir).is_dir():
+            raise ConfigError(f"data.data_dir {d.data_dir} is not a folder")
+    options = _check_classes(cfg)
+    if m.init is not None:
+        check_input_file(m.init, "model.init checkpoint")
+        return  # the checkpoint sets the architecture; the loop checks that the options fit it
+    with torch.device("meta"):
+        model = create_model(m.name, **options)
+    weights = sum(t.numel() * t.element_size() for t in model.parameters())
+    buffers = sum(t.numel() * t.element_size() for t in model.buffers())
+    need = weights * (4 if cfg.optim.name == "adamw" else 3) + buffers  # weights, gradients, optimizer state
+    device = torch.device("cuda") if cfg.run.device == "cuda" or (cfg.run.device == "auto" and
+                                                                   torch.cuda.is_available()) else None
+    free = available_memory(device)
+    if need > free:
+        raise ConfigError(f"{m.name} needs about {need / 2**30:.3g} GiB for its weights, gradients and optimizer "
+                          f"state, beyond the {free / 2**30:.3g} GiB available; make it smaller")
+
+
 def cmd_finetune(args: argparse.Namespace) -> int:
     """Fine-tune a checkpoint at a higher resolution: token-mixing MLPs enlarged block-diagonally (supp. C)."""
     from .models.convert import import_checkpoint
 
+    if args.image_size <= 0:
+        raise ConfigError(f"--image-size must be a positive integer, got {args.image_size}")
+    taken = [item for item in args.set if item.split("=", 1)[0].strip() in ("model.name", "model.init", "model.img_size")]
+    if taken:
+        raise ConfigError(f"finetune sets model.name, model.init and model.img_size itself; drop --set {taken[0]}")
     source = _checkpoint_path(args.checkpoint)
     name = import_checkpoint(source).model.spec.name
     args.set = [*args.set, f"model.name={name}", f"model.init={source}", f"model.img_size={args.image_size}"]
@@ -331,7 +489,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.set)
     if args.data_dir is not None:
         overrides["data.data_dir"] = args.data_dir
+    from .train.config import build_config
+
+    _data_dir(args.data_dir)
     target = Path(args.target)
+    if not target.exists():
+        raise ConfigError(f"no run directory or checkpoint file at {target}")
+    taken = [k for k in overrides if k in ("model.name", "model.init")]
+    if taken:
+        raise ConfigError(f"eval takes the model from the checkpoint; drop --set {taken[0]}")
+    if overrides:
+        cfg = build_config(None, overrides)  # every value checked against its domain
+        _check_classes(cfg)
+        if cfg.data.data_dir is not None and not Path(cfg.data.data_dir).is_dir():
+            raise ConfigError(f"data.data_dir {cfg.data.data_dir} is not a folder")
     if target.is_file():
         result = evaluate_checkpoint(target, overrides)
         where = f"{result['checkpoint']} on {result['data']}"
@@ -357,6 +528,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
     from .models.convert import ActivationWarning, convert_checkpoint
 
+    _fresh_output(args.dst, args.overwrite, "destination")
+    check_input_file(args.src, "source checkpoint")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ActivationWarning)
         result = convert_checkpoint(args.src, args.dst, model=args.model, num_classes=args.num_classes,
@@ -383,6 +556,10 @@ def cmd_throughput(args: argparse.Namespace) -> int:
     from .analysis.throughput import throughput_table
 
     names = None if args.models is None else [n for n in args.models.split(",") if n]
+    _bounded("--batch-size", args.batch_size, 1, MAX_BATCH)
+    _bounded("--warmup", args.warmup, 0, 10_000)
+    _bounded("--repeats", args.repeats, 1, 10_000)
+    _bounded("--image-size", args.image_size, 1, 8192)
     rows = throughput_table(names, args.batch_size, args.dtype, args.device, args.warmup, args.repeats,
                             args.image_size, quick=args.quick)
     if args.json:
@@ -431,6 +608,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         return 0
     if not args.name:
         raise ConfigError("name a preset (see `pkmixer reproduce --list`)")
+    _data_dir(args.data_dir)
+    for flag in ("workers", "threads", "seeds"):
+        value = getattr(args, flag)
+        if value is not None and not 0 < value <= MAX_THREADS:
+            raise ConfigError(f"--{flag} must lie in [1, {MAX_THREADS}], got {value}")
+    if args.out is not None:
+        check_output_path(args.out, "--out", folder=True)
 
     def log(message: str) -> None:  # progress on stderr when stdout carries JSON
         print(message, file=sys.stderr if args.json else sys.stdout, flush=True)
@@ -446,6 +630,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     training (e.g. after editing a preset's analysis, or from copied results)."""
     from .experiments.reproduce import rerender
 
+    if not Path(args.dir).is_dir():
+        raise ConfigError(f"no output directory of `pkmixer reproduce` at {args.dir}")
+    check_output_path(Path(args.dir) / "report", "report folder", folder=True)
     return _print_report(rerender(args.dir, overwrite=args.overwrite), args.json)
 
 
@@ -649,6 +836,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace a report made from other results")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_report)
+    for verb, p in sub.choices.items():
+        if verb != "reproduce":  # reproduce's --threads: threads per run (and of the command itself)
+            p.add_argument("--threads", type=int, metavar="N",
+                           help=f"torch threads (default: ${THREADS_ENV}, else the idle cores, at most "
+                                f"{MAX_DEFAULT_THREADS})")
     return parser
 
 
@@ -656,6 +848,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        torch.set_num_threads(_threads(args.threads))
+        seed = getattr(args, "seed", None)
+        if seed is not None and not 0 <= seed <= MAX_SEED:
+            raise ConfigError(f"--seed must lie in [0, {MAX_SEED}], got {seed}")
         return args.func(args)
     except ConfigError as err:
         sys.stderr.write(f"pkmixer {args.verb}: error: {err}\n")

@@ -144,9 +144,14 @@ def _markdown(analysis: Analysis, preset: Preset, scale: str, dataset: str | Non
 
 def report_paths(sweep_dir: Path, analysis: Analysis | None = None) -> dict[str, Any]:
     folder = Path(sweep_dir) / REPORT_DIR
-    saved = json.loads((folder / "analysis.json").read_text()) if analysis is None else None
-    figures = list(analysis.figures) if analysis is not None else saved["figures"]
-    tables = list(analysis.tables) if analysis is not None else saved["tables"]
+    if analysis is None:
+        saved = _read_analysis(folder) or {}
+        figures, tables = saved.get("figures"), saved.get("tables")
+        if not all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in (figures, tables)):
+            raise ConfigError(f"{folder / 'analysis.json'} is damaged (no lists of figures and tables); "
+                              "pass --overwrite to render the report again")
+    else:
+        figures, tables = list(analysis.figures), list(analysis.tables)
     return {"report": str(folder / "report.md"),
             "figures": [str(folder / f"{stem}{suffix}") for stem in figures for suffix in (".png", ".svg")],
             "tables": [str(folder / f"{stem}.csv") for stem in tables]}
@@ -196,6 +201,7 @@ def write_report(analysis: Analysis, sweep_dir: Path, *, preset: Preset, scale: 
 
 def _read_analysis(folder: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((folder / "analysis.json").read_text())
-    except (OSError, ValueError):
+        saved = json.loads((folder / "analysis.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # missing, cut, not text
         return None
+    return saved if isinstance(saved, dict) else None

@@ -242,11 +242,23 @@ def load_rows(sweep_dir: Path) -> list[dict]:
     whose directory is gone keeps its row from results.jsonl (e.g. when only the results were copied)."""
     sweep = SweepDir(Path(sweep_dir))
     specs = read_sweep(sweep.root)["specs"]
-    saved = {}
+    saved, bad = {}, []
     if sweep.results_jsonl.is_file():
-        for line in sweep.results_jsonl.read_text().splitlines():
-            row = json.loads(line)
-            saved[row["run"]] = row
+        try:
+            lines = sweep.results_jsonl.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as err:
+            lines, bad = [], [f"unreadable ({type(err).__name__})"]
+        for number, line in enumerate(lines, 1):
+            try:
+                row = json.loads(line)
+                saved[row["run"]] = row
+            except (ValueError, TypeError, KeyError):  # cut mid-line, or not a row
+                bad.append(f"line {number}")
+    gone = [s.name for s in specs if not sweep.run(s.name).exists()]
+    if bad and gone:  # the table is damaged and some rows can only come from it
+        raise ConfigError(f"{sweep.results_jsonl}: {', '.join(bad[:3])} is cut or not a JSON row, and the "
+                          f"directories of {len(gone)} runs (e.g. {gone[0]}) are gone, so their rows cannot be "
+                          "read; restore the file or the run directories")
     return [run_row(s, sweep.run(s.name)) if sweep.run(s.name).exists() or s.name not in saved else saved[s.name]
             for s in specs]
 

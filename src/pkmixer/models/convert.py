@@ -268,7 +268,9 @@ def _is_npz(path: Path) -> bool:
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
     try:
-        loaded = np.load(path, allow_pickle=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            loaded = np.load(path, allow_pickle=False)
         if isinstance(loaded, np.lib.npyio.NpzFile):
             with loaded:
                 return {key: loaded[key] for key in loaded.files}
@@ -281,7 +283,8 @@ def _read_torch(path: Path) -> tuple[str, dict[str, torch.Tensor], tuple[str, di
     """("pkmixer", state dict, (model name, overrides)) or ("timm", state dict, None)."""
     try:
         # weights only: no pickled code runs; timm's train.py also stores its argparse arguments
-        with torch.serialization.safe_globals([argparse.Namespace]):
+        with torch.serialization.safe_globals([argparse.Namespace]), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's pickle warnings: the one-line error says what is wrong
             payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # truncated zip, pickle with code, not a torch file at all
         raise ConfigError(f"{path} is not a readable torch file ({_first_line(err)})")

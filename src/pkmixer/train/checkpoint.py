@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,9 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"no checkpoint file at {path}")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's pickle warnings: the one-line error says what is wrong
+            payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # truncated zip, pickle with code, not a torch file at all
         raise ConfigError(f"{path} is not a readable checkpoint ({type(err).__name__}: {str(err).splitlines()[0]})")
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:

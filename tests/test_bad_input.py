@@ -1,0 +1,350 @@
+"""Every verb and option of ``pkmixer`` fed bad input: exit status 2, exactly one line on stderr, and nothing
+created or changed in the working directory.
+
+The cases are generated from :func:`pkmixer.cli.build_parser` - every sub-command, every action - and from
+the fields of :class:`pkmixer.train.config.TrainConfig`, so that a new option or config key cannot go
+untested: an option that takes a value gets bad values of its class (numbers by type; strings by the class
+named in ``STRING_KINDS``), a flag must be listed in ``FLAGS`` with the reason it cannot be bad, and
+``test_every_option_is_covered`` fails for anything that is neither.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import os
+import signal
+import types
+import typing
+from pathlib import Path
+
+import pytest
+
+from pkmixer.cli import build_parser
+from pkmixer.train.config import SECTIONS
+
+from conftest import run_main
+
+# ---- the classes of bad values ---------------------------------------------------------------------------
+
+BAD_INT = ["-1", "0", str(10**20)]  # negative, zero, beyond int64
+ZERO_OK = {"seed", "warmup"}  # int options for which 0 is valid
+BAD_FLOAT = ["nan", "inf", "-1"]
+BAD_FILE_IN = ["missing.pt", "binary.pt", "adir", "/proc/no-such-file"]  # missing, garbage, a folder
+BAD_BY_KIND: dict[str, list[str]] = {
+    "model": ["no_such_model", "mixer_b17"],
+    "model-or-checkpoint": ["no_such_model", "missing.pt", "binary.pt", "adir"],
+    "checkpoint": BAD_FILE_IN,
+    "config": ["missing.yaml", "binary.yaml", "adir", "nan_lr.yaml", "list.yaml"],
+    "run-or-checkpoint": ["missing", "binary.pt", "adir"],
+    "reproduce-dir": ["missing", "afile", "adir"],
+    "figure-out": ["taken.png", "afile/x.png", "/proc/x.png", "x.gif"],  # a folder, under a file, unwritable
+    "checkpoint-out": ["taken.pt", "afile/x.pt", "/proc/x.pt", "x.bin"],
+    "dir-out": ["afile", "afile/sub", "/proc/pkmixer-x"],
+    "data-dir": ["missing", "afile"],
+    "omega": ["nan", "-1", "0", "10**100", "2**x", "1/0"],
+    "int-list": ["-1", "0", "a,b", str(10**9)],
+    "density-list": ["nan", "0", "1.5", "-1"],
+    "model-list": ["no_such_model", "mixer_b17,mixer_s32_224"],
+    "model-set": ["depth=0", "embed_dim=1000000000000", "no_such_option=1", "noequals", "depth=10**9",
+                  "embed_dim=nan", "depth=1000000"],
+    "picture-option": ["no_such_option=1", "noequals", "block=-1", "num_units=0"],
+    "dataset": ["no_such_data", "cifar11"],
+    "filter": ["no_match_*"],
+    "preset": ["no_such_preset"],
+    "scale": ["huge"],
+    "device": ["tpu", "cuda:99"],
+    "ray-address": ["127.0.0.1:1"],  # with the local backend: refused, not ignored
+}
+
+# (verb, dest) -> the class of a string option or positional
+STRING_KINDS = {
+    ("models", "filter"): "filter",
+    ("effective", "name"): "model",
+    ("effective", "set"): "model-set",
+    ("width", "omega"): "omega",
+    ("width", "C"): "int-list",
+    ("width", "density"): "density-list",
+    ("spectrum", "omega"): "omega",
+    ("spectrum", "widths"): "int-list",
+    ("spectrum", "plot"): "figure-out",
+    ("cka", "a"): "model-or-checkpoint",
+    ("cka", "b"): "model-or-checkpoint",
+    ("cka", "data"): "dataset",
+    ("cka", "data_dir"): "data-dir",
+    ("cka", "plot"): "figure-out",
+    ("cost", "names"): "model",
+    ("cost", "set"): "model-set",
+    ("cost", "omega"): "omega",
+    ("visualize", "model"): "model-or-checkpoint",
+    ("visualize", "set"): "model-set",
+    ("visualize", "option"): "picture-option",
+    ("visualize", "out"): "figure-out",
+    ("train", "config"): "config",
+    ("train", "set"): "train-set",
+    ("train", "data_dir"): "data-dir",
+    ("train", "run_dir"): "dir-out",
+    ("finetune", "checkpoint"): "checkpoint",
+    ("finetune", "config"): "config",
+    ("finetune", "set"): "train-set",
+    ("finetune", "data_dir"): "data-dir",
+    ("finetune", "run_dir"): "dir-out",
+    ("convert", "src"): "checkpoint",
+    ("convert", "dst"): "checkpoint-out",
+    ("convert", "model"): "model",
+    ("throughput", "models"): "model-list",
+    ("throughput", "device"): "device",
+    ("eval", "target"): "run-or-checkpoint",
+    ("eval", "set"): "train-set",
+    ("eval", "data_dir"): "data-dir",
+    ("reproduce", "name"): "preset",
+    ("reproduce", "scale"): "scale",
+    ("reproduce", "dataset"): "dataset",
+    ("reproduce", "data_dir"): "data-dir",
+    ("reproduce", "address"): "ray-address",
+    ("reproduce", "out"): "dir-out",
+    ("report", "dir"): "reproduce-dir",
+}
+
+# options that take no value, with the reason no value of theirs can be bad
+FLAGS = {
+    "json": "output format only",
+    "overwrite": "permission to replace outputs; the outputs are checked by their own options",
+    "resume": "a mode; --run-dir is checked (and tested) with it in test_resume_needs_a_run",
+    "quick": "a preset of throughput's own, valid, counts",
+    "list": "lists presets; reproduce refuses it together with a name",
+}
+
+# a valid, cheap command per verb (dest -> value; lists for repeated options), into which one bad value goes
+VALID: dict[str, dict[str, typing.Any]] = {
+    "models": {},
+    "effective": {"name": "smixer_t4_28", "set": ["depth=1", "embed_dim=8"]},
+    "width": {"omega": "2**18"},
+    "spectrum": {"omega": "2**10", "widths": "32,64", "seeds": "1"},
+    "cka": {"a": "smixer_t4_28", "b": "smixer_t4_28", "batches": "1", "batch_size": "4"},
+    "cost": {"names": "smixer_t4_28"},
+    "visualize": {"kind": "sparsity", "out": "ok.png"},
+    "implicit-l1": {"restarts": "1", "samples": "20"},
+    "train": {"set": ["data.name=digits", "schedule.epochs=1", "model.name=smixer_t4_28"], "run_dir": "run"},
+    "finetune": {"checkpoint": "ok.pt", "image_size": "56", "set": ["data.name=digits", "schedule.epochs=1"],
+                 "run_dir": "run"},
+    "convert": {"src": "mixer.pt", "dst": "out.pth"},
+    "throughput": {"models": "smixer_t4_28", "batch_size": "1", "warmup": "1", "repeats": "1", "device": "cpu"},
+    "eval": {"target": "ok.pt", "set": ["data.name=digits"]},
+    "reproduce": {"name": "fig5", "scale": "smoke"},
+    "report": {"dir": "adir"},
+}
+
+
+def _bad_train_sets() -> list[str]:
+    """``section.key=value`` with a bad value for every field of every config section, by its type."""
+    out = []
+    strings = {"model.name": ["no_such_model"], "model.init": ["missing.pt", "binary.pt", "adir"],
+               "data.name": ["no_such_data"], "data.data_dir": ["missing", "afile"],
+               "data.auto_augment": ["no_policy"], "data.rand_augment": ["rand-x9"],
+               "data.eval_crop": ["center"]}
+    for section, cls in SECTIONS.items():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            key, kind = f"{section}.{f.name}", hints[f.name]
+            optional = typing.get_origin(kind) in (typing.Union, types.UnionType)
+            base = [a for a in typing.get_args(kind) if a is not type(None)][0] if optional else kind
+            origin = typing.get_origin(base)
+            if key in strings:
+                values = strings[key]
+            elif base is bool:
+                values = ["maybe", "2"]
+            elif base is int:
+                values = ["-1", str(10**20), "1.5"]
+            elif base is float:
+                values = ["nan", "inf", "-1", "'x'"]
+            elif origin is typing.Literal:
+                values = ["no_such_choice"]
+            elif origin is tuple:
+                values = ["[2.0, 2.0]", "[nan, 0.5]", "[0.5]"]
+            elif origin is dict:
+                values = ["[1]"]
+            else:
+                raise AssertionError(f"no bad values for {key} of type {kind}")
+            out += [f"{key}={v}" for v in values]
+    return out
+
+
+BAD_BY_KIND["train-set"] = _bad_train_sets() + ["model.depth=0", "model.embed_dim=1000000000000",
+                                                "model.num_classes=5", "no_section=1", "optim.no_key=1"]
+
+
+# ---- the cases, from the parser --------------------------------------------------------------------------
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+def _takes_no_value(action: argparse.Action) -> bool:
+    return action.nargs == 0
+
+
+def _bad_values(verb: str, action: argparse.Action) -> list[str] | None:
+    if action.choices is not None:
+        return ["no-such-choice"]
+    if action.type is int:
+        return [v for v in BAD_INT if not (v == "0" and action.dest in ZERO_OK)]
+    if action.type is float:
+        return BAD_FLOAT
+    kind = STRING_KINDS.get((verb, action.dest))
+    return None if kind is None else BAD_BY_KIND[kind]
+
+
+def _argv(verb: str, parser: argparse.ArgumentParser, values: dict[str, typing.Any]) -> list[str]:
+    argv = [verb]
+    for action in parser._actions:
+        if action.dest not in values:
+            continue
+        value = values[action.dest]
+        items = value if isinstance(value, list) else [value]
+        if action.option_strings:
+            for item in items:
+                argv += [action.option_strings[0], item]
+        else:
+            argv += items
+    return argv
+
+
+def _cases() -> list:
+    cases = []
+    for verb, parser in _subparsers().items():
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction) or _takes_no_value(action):
+                continue
+            for bad in _bad_values(verb, action) or []:
+                values = dict(VALID[verb])
+                if action.dest == "model" and verb == "visualize":
+                    values["kind"] = "token-units"
+                if action.dest == "address":
+                    pass  # the local backend: an address is meaningless
+                values[action.dest] = [bad] if isinstance(values.get(action.dest), list) else bad
+                cases.append(pytest.param(verb, values, id=f"{verb}-{action.dest}-{bad}"))
+    return cases
+
+
+def test_every_option_is_covered():
+    """Each option takes bad values of a known class, or is a flag listed with its reason."""
+    missing = []
+    for verb, parser in _subparsers().items():
+        assert verb in VALID, f"no valid command for the new verb {verb}"
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            if _takes_no_value(action):
+                if action.dest not in FLAGS:
+                    missing.append(f"{verb} {action.option_strings[0]}: a flag not listed in FLAGS")
+            elif _bad_values(verb, action) is None:
+                missing.append(f"{verb} {action.dest}: no class of bad values in STRING_KINDS")
+    assert not missing, missing
+
+
+# ---- the working directory -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """The inputs the cases refer to, made once: valid checkpoints and bad files of each kind."""
+    import torch
+
+    import pkmixer
+    from pkmixer.train.checkpoint import save_model
+
+    root = tmp_path_factory.mktemp("inputs")
+    torch.manual_seed(0)
+    save_model(root / "ok.pt", pkmixer.create_model("smixer_t4_28", depth=1, embed_dim=8))
+    save_model(root / "mixer.pt", pkmixer.create_model("mixer_t4_28", depth=1, embed_dim=8))
+    garbage = bytes(range(256)) * 8 + b"\xff\xfe\x00"
+    for name in ("binary.pt", "binary.yaml", "binary.bin"):
+        (root / name).write_bytes(garbage)
+    (root / "nan_lr.yaml").write_text("optim:\n  lr: .nan\ndata:\n  name: digits\n")
+    (root / "list.yaml").write_text("- 1\n")
+    (root / "afile").write_text("a plain file\n")
+    for name in ("adir", "taken.png", "taken.pt"):
+        (root / name).mkdir()
+    return {p.name: p.read_bytes() if p.is_file() else None for p in root.iterdir()}
+
+
+@pytest.fixture
+def workdir(files, tmp_path, monkeypatch):
+    for name, data in files.items():
+        (tmp_path / name).mkdir() if data is None else (tmp_path / name).write_bytes(data)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            out[os.path.relpath(os.path.join(dirpath, name), root)] = ("dir",)
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            out[os.path.relpath(path, root)] = ("file", hashlib.sha1(Path(path).read_bytes()).hexdigest())
+    return out
+
+
+def _too_slow(*_):
+    raise TimeoutError("no refusal within 60 s")
+
+
+def _expect_refusal(capsys, root: Path, argv: list[str]) -> str:
+    before = snapshot(root)
+    signal.signal(signal.SIGALRM, _too_slow)
+    signal.alarm(60)  # a refusal takes a moment; more means the bad value was accepted and work started
+    try:
+        code, out, err = run_main(capsys, *argv)
+    finally:
+        signal.alarm(0)
+    lines = err.strip().splitlines()
+    assert code == 2, f"{argv}: exit {code}\nstdout: {out[-500:]}\nstderr: {err[-2000:]}"
+    assert len(lines) == 1, f"{argv}: {len(lines)} lines on stderr:\n{err[-2000:]}"
+    assert "Traceback" not in err
+    assert snapshot(root) == before, f"{argv} changed the working directory"
+    return lines[0]
+
+
+@pytest.mark.parametrize("verb,values", _cases())
+def test_bad_input(capsys, workdir, verb, values):
+    _expect_refusal(capsys, workdir, _argv(verb, _subparsers()[verb], values))
+
+
+def test_the_valid_commands_are_valid(capsys, workdir):
+    """The cheap ones among the base commands succeed, so that a refusal above is the bad value's doing."""
+    for verb in ("models", "effective", "width", "cost"):
+        code, _, err = run_main(capsys, *_argv(verb, _subparsers()[verb], VALID[verb]))
+        assert code == 0, (verb, err)
+
+
+def test_resume_needs_a_run(capsys, workdir):
+    for run_dir in ("missing", "afile", "/proc/x"):
+        _expect_refusal(capsys, workdir, ["train", "--resume", "--run-dir", run_dir])
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "many", "100000"])
+def test_bad_threads_environment(capsys, workdir, monkeypatch, value):
+    monkeypatch.setenv("PKMIXER_THREADS", value)
+    line = _expect_refusal(capsys, workdir, ["width", "--omega", "2**12"])
+    assert "PKMIXER_THREADS" in line
+
+
+def test_report_on_a_cut_results_table(capsys, workdir):
+    """A results table cut mid-line (a copy that stopped half-way) whose rows cannot come from run directories
+    is refused, naming the file and the line."""
+    import json
+
+    sweep = workdir / "sweep"
+    sweep.mkdir()
+    specs = [{"name": f"run{i}", "config": {}, "meta": {"seed": i}} for i in range(2)]
+    (sweep / "sweep.json").write_text(json.dumps({"info": {"preset": "fig5", "scale": "smoke"}, "specs": specs}))
+    rows = "".join(json.dumps({"run": f"run{i}", "status": "finished"}) + "\n" for i in range(2))
+    (sweep / "results.jsonl").write_text(rows[:-20])
+    line = _expect_refusal(capsys, workdir, ["report", "sweep"])
+    assert "results.jsonl: line 2 is cut" in line
