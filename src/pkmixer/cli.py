@@ -608,11 +608,12 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         return 0
     if not args.name:
         raise ConfigError("name a preset (see `pkmixer reproduce --list`)")
-    _data_dir(args.data_dir)
-    for flag in ("workers", "threads", "seeds"):
+    if args.data_dir is not None and Path(args.data_dir).exists() and not Path(args.data_dir).is_dir():
+        raise ConfigError(f"--data-dir {args.data_dir} is not a folder")  # a missing one: the preset says where it looked
+    for flag in ("workers", "threads", "seeds"):  # below 1: the sweep's own message
         value = getattr(args, flag)
-        if value is not None and not 0 < value <= MAX_THREADS:
-            raise ConfigError(f"--{flag} must lie in [1, {MAX_THREADS}], got {value}")
+        if value is not None and value > MAX_THREADS:
+            raise ConfigError(f"--{flag} must be at most {MAX_THREADS}, got {value}")
     if args.out is not None:
         check_output_path(args.out, "--out", folder=True)
 
