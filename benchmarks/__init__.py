@@ -8,6 +8,7 @@
 * d - Kronecker and Monarch layers against a dense layer of the same width;
 * e - token-mixing formulations;
 * f - achieved FLOP/s of every model of (a) as a fraction of a plain sgemm measured in the same run,
+* g - ``pkmixer train``'s epoch against a frozen hand-written in-memory loop (issue 15),
 
 and writes one JSON file and one Markdown file per run. Method (:mod:`benchmarks.common`): every figure is the
 median of several timed repeats after warm-up, and the cases compared with each other are timed round-robin

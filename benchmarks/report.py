@@ -53,6 +53,10 @@ def targets(result: dict) -> list[dict]:
         out.append({"target": "SW-MLP sparse peak training memory / RP-Mixer parameter memory, same Ω "
                               "(Table S.3, CIFAR)", "goal": "≤ 3×", "value": s3["sparse_peak_over_rp_param_bytes"],
                     "met": s3["sparse_peak_over_rp_param_bytes"] <= 3})
+    if "g" in s:
+        for row in (r for r in s["g"]["rows"] if r["goal"] is not None):
+            out.append({"target": f"pkmixer train epoch / in-memory reference loop, {row['case']}",
+                        "goal": f"≤ {row['goal']}", "value": row["ratio"], "met": row["ratio"] <= row["goal"]})
     return out
 
 
@@ -179,6 +183,17 @@ def markdown(result: dict) -> str:
         rows = [[r["model"], r["impl"], str(r["batch"]), f"{r['train_flops'] / 1e9:,.1f}", f"{r['gflops']:.1f}",
                  f"{r['sgemm_gflops']:.1f}", f"{100 * r['fraction_of_sgemm']:.0f} %"] for r in s["f"]["rows"]]
         lines += _table(["model", "impl", "batch", "GFLOP per step", "GFLOP/s", "sgemm GFLOP/s", "fraction"], rows)
+        lines.append("")
+    if "g" in s:
+        lines += ["## (g) pkmixer train against an in-memory reference loop", "",
+                  "Epoch time (training, evaluation, writes) of `pkmixer train` and of the frozen reference loop of "
+                  "benchmarks/engine.py, run alternately; medians over repeats of the median of epochs 2 onwards; "
+                  "ms per training step = epoch time / steps.", ""]
+        rows = [[r["case"], r["pipeline"], str(r["steps_per_epoch"]), f"{r['pkmixer_epoch_s']:.2f} s",
+                 f"{r['reference_epoch_s']:.2f} s", f"{r['pkmixer_ms_per_step']:.1f}",
+                 f"{r['reference_ms_per_step']:.1f}", _x(r["ratio"])] for r in s["g"]["rows"]]
+        lines += _table(["case", "pipeline", "steps", "pkmixer epoch", "reference epoch", "pkmixer ms/step",
+                         "reference ms/step", "ratio"], rows)
         lines.append("")
     lines += ["## Targets", ""]
     rows = [[t["target"], t["goal"], f"{t['value']:.3f}×" if "%" not in t["goal"] else f"{100 * t['value']:+.1f} %",

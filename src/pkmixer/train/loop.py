@@ -197,8 +197,8 @@ def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log:
     started = time.time()
     metrics: dict[str, Any] = {}
     end_epoch = cfg.schedule.epochs if stop_after is None else min(cfg.schedule.epochs, start_epoch + stop_after)
+    t0 = time.time()  # an epoch's time runs from the previous epoch's metrics row: its checkpoint writes count
     for epoch in range(start_epoch, end_epoch):
-        t0 = time.time()
         try:
             train_loss = engine.train_epoch(epoch)
         except TrainingDiverged as err:
@@ -208,6 +208,7 @@ def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log:
                                    f"{run.latest.parent}") from None
         metrics = {"epoch": epoch + 1, "train_loss": train_loss, **engine.evaluate(), "lr": engine.lr,
                    "epoch_time": time.time() - t0}
+        t0 = time.time()
         improved = metrics["test_error"] < best_error
         best_error = min(best_error, metrics["test_error"])
         if ctx.is_main:  # the order that keeps the run resumable at every instant: see the module docstring
