@@ -404,7 +404,7 @@ def import_checkpoint(src: str | os.PathLike, *, model: str | None = None, num_c
         fmt, state, spec = _read_torch(path)
     if spec is not None:
         name, overrides = spec
-        if model is not None and model_entry(model).name != name:
+        if model is not None and model_entry(model).canonical != model_entry(name).canonical:
             raise ConfigError(f"{path} is a checkpoint of {name}, not {model}")
         ours = state
         overrides = {**overrides, **{k: v for k, v in (("img_size", img_size), ("num_classes", num_classes))
