@@ -161,3 +161,12 @@ def test_resident_pipeline_with_augmentation_learns_and_resumes_exactly(tmp_path
     a, b = _latest(tmp_path / "straight"), _latest(tmp_path / "pieces")
     for k in a["state_dict"]:
         assert torch.equal(a["state_dict"][k], b["state_dict"][k]), k
+
+
+def test_a_head_with_fewer_classes_than_the_labels_is_refused_before_anything_is_written(tmp_path):
+    from pkmixer.errors import ConfigError
+
+    cfg = build_config(None, {**DIGITS, "model.name": "smixer_t4_28", "model.num_classes": 5})
+    with pytest.raises(ConfigError, match="5 classes, fewer than the 10"):
+        loop.train(cfg, tmp_path / "run", log=quiet)
+    assert not (tmp_path / "run").exists()
