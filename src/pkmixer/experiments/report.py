@@ -124,6 +124,9 @@ def _markdown(analysis: Analysis, preset: Preset, scale: str, dataset: str | Non
     if rows:
         parts.append(f"- **Runs**: {finished} of {len(rows)} finished, {hours:.2f} h of training in all "
                      "(all runs: [results.csv](../results.csv))")
+        kinds = sorted({r["precision"] for r in rows if r.get("precision")})
+        if kinds:  # the paper trained in fp32 (App. C.3); bf16 or TF32 must be visible in the report
+            parts.append(f"- **Precision**: {', '.join(kinds)}")
         if finished < len(rows):
             parts.append(f"- **Incomplete**: {len(rows) - finished} runs did not finish; the numbers below use the "
                          "finished ones. Run the same command again to complete them.")

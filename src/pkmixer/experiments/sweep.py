@@ -50,7 +50,7 @@ from ..errors import ConfigError, unknown_name
 
 BACKENDS = ("local", "ray")
 ROW_KEYS = ("run", "status", "final_test_error", "best_test_error", "final_test_loss", "epochs", "wall_time",
-            "params", "error")
+            "params", "precision", "pipeline", "error")
 DONE = ("finished", "diverged")  # a run in one of these states is never run again
 # config keys that do not change a run's result: a rerun may differ in them (e.g. another --data-dir)
 NEUTRAL_KEYS = {("data", "data_dir"), ("data", "download"), ("data", "workers"), ("run", "progress"),
@@ -234,7 +234,8 @@ def run_row(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
             "best_test_error": min(errors) if errors else None,
             "final_test_loss": metrics[-1]["test_loss"] if metrics else None,
             "epochs": len(metrics), "wall_time": sum(m.get("epoch_time", 0.0) for m in metrics),
-            "params": summary.get("params"), "error": error}
+            "params": summary.get("params"), "precision": summary.get("precision"),
+            "pipeline": summary.get("pipeline"), "error": error}
 
 
 def load_rows(sweep_dir: Path) -> list[dict]:
