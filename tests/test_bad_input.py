@@ -258,7 +258,7 @@ def files(tmp_path_factory):
     import torch
 
     import pkmixer
-    from pkmixer.train.checkpoint import save_model
+    from pkmixer.checkpoint import save_model
 
     root = tmp_path_factory.mktemp("inputs")
     torch.manual_seed(0)

@@ -5,7 +5,8 @@ import torch
 import pkmixer
 from pkmixer.atomic import write_text_atomically
 from pkmixer.errors import ConfigError
-from pkmixer.train.checkpoint import load_model, read_checkpoint, save_model
+from pkmixer.checkpoint import read_checkpoint, save_model
+from pkmixer.models.restore import load_model
 
 
 @pytest.mark.parametrize("name,overrides", [("rp_smixer_t4_28", {"structure_seed": 5}),

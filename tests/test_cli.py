@@ -124,7 +124,7 @@ def test_spectrum_json_and_plot(capsys, tmp_path):
 
 
 def test_cka_between_checkpoints(capsys, tmp_path):
-    from pkmixer.train.checkpoint import save_model
+    from pkmixer.checkpoint import save_model
 
     a = save_model(tmp_path / "a.pt", pkmixer.create_model("mixer_t4_28", depth=2))
     b = save_model(tmp_path / "b.pt", pkmixer.create_model("swmlp_t4_28", depth=3))

@@ -16,7 +16,7 @@ from pkmixer.models.convert import (ActivationWarning, convert_checkpoint, expor
                                     flax_to_pkmixer_state_dict, from_timm, import_checkpoint, pkmixer_to_flax_arrays,
                                     to_timm)
 from pkmixer.models.registry import ModelSpec
-from pkmixer.train.checkpoint import load_model
+from pkmixer.models.restore import load_model
 
 from conftest import perturb_, rel_err
 

@@ -17,7 +17,7 @@ import torch
 from pkmixer import atomic
 from pkmixer.cli import main
 from pkmixer.train import loop
-from pkmixer.train.checkpoint import read_checkpoint
+from pkmixer.checkpoint import read_checkpoint
 from pkmixer.train.config import build_config
 from pkmixer.train.rundir import RunDir, RunLock
 

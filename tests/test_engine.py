@@ -9,7 +9,8 @@ from torch import nn
 from pkmixer.layers.decay import decayed_parameters
 from pkmixer.models.registry import create_model
 from pkmixer.train import loop
-from pkmixer.train.checkpoint import load_model, read_checkpoint
+from pkmixer.checkpoint import read_checkpoint
+from pkmixer.models.restore import load_model
 from pkmixer.train.config import build_config
 
 from conftest import rel_err

@@ -229,7 +229,8 @@ def test_swmlp_has_no_head_norm_but_old_checkpoints_keep_theirs(tmp_path):
     """App. A.2.5: no LayerNorm before the classifier. A checkpoint records head_norm; one written before the
     option existed (no key) was a model with the norm, and loads as one."""
     from pkmixer.models.convert import import_checkpoint
-    from pkmixer.train.checkpoint import load_model, read_checkpoint, save_model
+    from pkmixer.checkpoint import read_checkpoint, save_model
+    from pkmixer.models.restore import checkpoint_overrides, load_model
 
     new = pkmixer.create_model("swmlp_t4_28", depth=2)
     assert not new.head_norm and isinstance(new.norm, torch.nn.Identity) and "norm.weight" not in new.state_dict()
@@ -249,7 +250,8 @@ def test_swmlp_has_no_head_norm_but_old_checkpoints_keep_theirs(tmp_path):
     old = torch.load(save_model(tmp_path / "tmp.pt", with_norm), weights_only=True)
     assert old["overrides"].pop("head_norm") is True
     torch.save(old, tmp_path / "old.pt")
-    assert read_checkpoint(tmp_path / "old.pt")["overrides"] == {"depth": 2, "head_norm": True}
+    assert read_checkpoint(tmp_path / "old.pt")["overrides"] == {"depth": 2}  # the file as written
+    assert checkpoint_overrides("swmlp_t4_28", {"depth": 2}) == {"depth": 2, "head_norm": True}
     for loaded in (load_model(tmp_path / "old.pt"), import_checkpoint(tmp_path / "old.pt").model):
         assert loaded.head_norm and torch.equal(loaded.norm.weight, with_norm.norm.weight)
         with torch.no_grad():

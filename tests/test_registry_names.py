@@ -11,7 +11,8 @@ import pkmixer
 from pkmixer.errors import ConfigError
 from pkmixer.models import registry
 from pkmixer.models.registry import canonical_name, list_aliases, model_entry
-from pkmixer.train.checkpoint import load_model, save_model
+from pkmixer.checkpoint import save_model
+from pkmixer.models.restore import load_model
 
 # the grammar as docs/models.md writes it: [rp_]<family>[_<variant>]_<size><patch>_<img> | shallow_<weights>_<img>
 GRAMMAR = re.compile(

@@ -43,7 +43,8 @@ def test_tiling_identity(K, name, overrides):
 
 
 def test_enlarged_model_rebuilds_from_its_spec(tmp_path):
-    from pkmixer.train.checkpoint import load_model, save_model
+    from pkmixer.checkpoint import save_model
+    from pkmixer.models.restore import load_model
 
     small = perturb_(pkmixer.create_model("mixer_f2_32", depth=1, img_size=16))
     big = enlarge_resolution(small, 2)

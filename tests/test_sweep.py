@@ -7,7 +7,7 @@ import torch
 from pkmixer.errors import ConfigError
 from pkmixer.experiments.sweep import RunSpec, load_rows, run_sweep
 from pkmixer.train import loop
-from pkmixer.train.checkpoint import read_checkpoint
+from pkmixer.checkpoint import read_checkpoint
 from pkmixer.train.config import build_config
 
 # a tiny S-Mixer on the bundled 8x8 digits: well under a second per epoch

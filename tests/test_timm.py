@@ -10,7 +10,8 @@ from pkmixer.data.datasets import dataset_info
 from pkmixer.errors import ConfigError
 from pkmixer.models import Mixer
 from pkmixer.models.convert import from_timm, to_timm
-from pkmixer.train.checkpoint import load_model, save_model
+from pkmixer.checkpoint import save_model
+from pkmixer.models.restore import load_model
 
 from conftest import perturb_, rel_err
 

@@ -14,7 +14,7 @@ import torch
 
 from pkmixer.cli import main
 from pkmixer.train import engine, loop
-from pkmixer.train.checkpoint import read_checkpoint
+from pkmixer.checkpoint import read_checkpoint
 from pkmixer.train.config import build_config
 
 from conftest import run_main
@@ -193,7 +193,7 @@ def test_cka_reads_run_directories_and_data(tmp_path, capsys):
 def test_finetune_at_higher_resolution(tmp_path, capsys):
     """Mixer supp. C: the fine-tuned run starts from the block-diagonally enlarged checkpoint."""
     from pkmixer.models.resolution import enlarge_resolution
-    from pkmixer.train.checkpoint import load_model
+    from pkmixer.models.restore import load_model
 
     small_run = tmp_path / "small"
     loop.train(build_config(None, {**DIGITS, "schedule.epochs": 2}), small_run, log=quiet)

@@ -39,10 +39,11 @@ import torch
 from torch import nn
 
 from ..atomic import write_atomically
+from ..checkpoint import FORMAT, check_version, save_model
 from ..errors import ConfigError, check_positive_int
-from ..train.checkpoint import FORMAT, VERSION, save_model, with_checkpoint_defaults
 from .mixer import ACTIVATIONS, Mixer
 from .registry import ModelEntry, create_model, list_models, model_entry
+from .restore import checkpoint_overrides
 
 # (timm pattern, ours) - applied to the key with the block index substituted
 _KEY_MAP = [
@@ -289,11 +290,10 @@ def _read_torch(path: Path) -> tuple[str, dict[str, torch.Tensor], tuple[str, di
     except Exception as err:  # truncated zip, pickle with code, not a torch file at all
         raise ConfigError(f"{path} is not a readable torch file ({_first_line(err)})")
     if isinstance(payload, dict) and payload.get("format") == FORMAT:
-        if payload.get("version") != VERSION:
-            raise ConfigError(f"{path} has checkpoint version {payload.get('version')!r}; this pkmixer reads {VERSION}")
+        check_version(payload, path)
         overrides = payload.get("overrides")
         if isinstance(overrides, dict):  # a file from before a default changed keeps its meaning
-            overrides = with_checkpoint_defaults(payload.get("model"), overrides)
+            overrides = checkpoint_overrides(payload.get("model"), overrides)
         fmt, state, spec = "pkmixer", payload.get("state_dict"), (payload.get("model"), overrides)
     else:  # timm: a state dict, or one wrapped by timm's training scripts
         fmt, spec = "timm", None
@@ -462,7 +462,7 @@ def export_checkpoint(model: nn.Module, dst: str | os.PathLike, *, overwrite: bo
     """Write ``model`` atomically in the format of ``dst``'s suffix (see ``DESTINATION_FORMATS``); return it.
 
     ``.npz``: Listing 1's Flax arrays; ``.pth``: a timm state dict; ``.pt``: a pkmixer checkpoint
-    (:func:`pkmixer.train.checkpoint.save_model`; the model must come from ``create_model``). Neither an
+    (:func:`pkmixer.checkpoint.save_model`; the model must come from ``create_model``). Neither an
     ``.npz`` nor a ``.pth`` records the activation: a model whose GELU is not the one the format's code
     computes (``FORMAT_ACT``: Flax the tanh approximation, timm the exact GELU) is written with an
     :class:`ActivationWarning`.

@@ -63,7 +63,7 @@ class SWMLP(TimmModel, nn.Module):
         return self.width
 
     # options whose default changed, with the value a checkpoint that does not record them was written with;
-    # pkmixer.train.checkpoint records them in every checkpoint and fills them in when reading an older one
+    # pkmixer.checkpoint records them in every checkpoint; pkmixer.models.restore fills them in for an older one
     CHECKPOINT_DEFAULTS = {"head_norm": True}
 
     def __init__(

@@ -40,8 +40,8 @@ from ..layers.decay import decayed_parameters
 from ..models.convert import import_checkpoint
 from ..models.registry import canonical_name, create_model
 from ..models.resolution import enlarged_options, enlarged_state_dict
+from ..models.restore import model_from_checkpoint
 from . import distributed as dist_
-from .checkpoint import model_from_checkpoint
 from .config import TrainConfig
 
 

@@ -29,11 +29,11 @@ import numpy as np
 import torch
 
 from ..atomic import write_text_atomically
+from ..checkpoint import read_checkpoint, save_model
 from ..data import build_dataset
 from ..errors import ConfigError
 from ..models.convert import import_checkpoint
 from . import distributed as dist_
-from .checkpoint import read_checkpoint, save_model
 from .config import TrainConfig, build_config, load_yaml, save_yaml
 from .engine import (StepEngine, TrainingDiverged, build_loader, build_model, build_splits, evaluate,
                      model_and_data, transform_for)

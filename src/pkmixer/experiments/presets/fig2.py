@@ -48,7 +48,7 @@ from matplotlib.figure import Figure
 
 from ...analysis.cka import cka_matrix
 from ...data import build_dataset, build_transform, dataset_info
-from ...train.checkpoint import load_model
+from ...models.restore import load_model
 from ...train.config import build_config, load_yaml
 from ..preset import Analysis, Preset, register_preset
 from ..report import aggregate, format_mean_std, mean_std
