@@ -11,11 +11,11 @@ from pkmixer.errors import ConfigError
 from pkmixer.layers.mlp import FcAct
 from pkmixer.layers.pk import PKMixing
 from pkmixer.theory.effective import pk_effective_layers
+from pkmixer.analysis.plots import plot_lambda_max, plot_spectrum
 from pkmixer.theory.spectrum import (alpha_scaling_singular_values, alpha_sweep, c_gamma, default_widths,
                                      density_at_width, fixed_omega_term, kolmogorov_distance, l_plus,
                                      lambda_max_sweep, largest_singular_value, mixer_weight, mp_cdf, mp_edges,
-                                     mp_pdf, pk_effective_weight, plot_lambda_max, plot_spectrum, singular_values,
-                                     spectrum_report, swmlp_weight)
+                                     mp_pdf, pk_effective_weight, singular_values, spectrum_report, swmlp_weight)
 
 
 @pytest.mark.parametrize("gamma", [1.0, 4.0])

@@ -220,7 +220,8 @@ def cmd_width(args: argparse.Namespace) -> int:
 
 def cmd_spectrum(args: argparse.Namespace) -> int:
     """λ_max of SW-MLP random weights against width at fixed Ω, with √L₊ and the Mixer's c_γ (Fig. 4 right)."""
-    from .theory.spectrum import plot_lambda_max, spectrum_report
+    from .analysis.plots import plot_lambda_max
+    from .theory.spectrum import spectrum_report
 
     _fresh_output(args.plot, args.overwrite)
     widths = None if args.widths is None else _csv(args.widths, int, "--widths")
