@@ -51,6 +51,7 @@ class Analysis:
     numbers: dict[str, Any] = field(default_factory=dict)  # key numbers; {"mean", "std", "n"} dicts print as mean ± std
     verdict: str = ""  # one or two sentences computed from the data
     supported: bool | None = None  # does this run support the paper's claim (None: undecidable, e.g. smoke)
+    verdicts: list = field(default_factory=list)  # pkmixer.experiments.stats.Verdict per part of the claim
 
 
 class Preset(ABC):

@@ -1,4 +1,4 @@
-"""Reports of reproduced experiments, and the statistics over seeds that every preset shares.
+"""Reports of reproduced experiments.
 
 :func:`write_report` saves a preset's :class:`~pkmixer.experiments.preset.Analysis` in ``<sweep_dir>/report/``:
 
@@ -11,75 +11,30 @@
 A report is never replaced silently: when one exists and was made from the same rows it is left as it is
 (rerunning a finished ``pkmixer reproduce`` changes nothing); made from other rows, it is replaced only with
 ``overwrite=True`` (``--overwrite``), and then as a whole (written beside it, then renamed into place).
+
+The statistics over seeds live in :mod:`pkmixer.experiments.stats`; ``mean_std``, ``aggregate``,
+``format_mean_std`` and ``rank_correlation`` are importable from here too, as before.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from ..atomic import current_umask, write_text_atomically
 from ..errors import ConfigError
 from ..figures import save_figure
 from .preset import Analysis, Preset
+from .stats import aggregate, format_mean_std, mean_std, rank_correlation  # noqa: F401  (re-exported)
 from .sweep import rows_to_csv
 
 REPORT_DIR = "report"
-
-
-# ---- statistics over seeds ------------------------------------------------------------------------------
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def mean_std(values: Iterable[float]) -> dict[str, Any]:
-    """{"mean", "std", "n"} of the finite values; std is the sample standard deviation (None below 2 values)."""
-    data = [float(v) for v in values if _finite(v)]
-    n = len(data)
-    return {"mean": float(np.mean(data)) if n else None, "std": float(np.std(data, ddof=1)) if n > 1 else None,
-            "n": n}
-
-
-def aggregate(rows: Sequence[dict], by: Sequence[str], value: str = "final_test_error") -> list[dict]:
-    """One row per distinct combination of the ``by`` columns (in order of first appearance): those columns
-    and the mean, std and n of ``value`` over its rows (the seeds); rows without a finite value are left out."""
-    groups: dict[tuple, list[float]] = {}
-    for row in rows:
-        if _finite(row.get(value)):
-            groups.setdefault(tuple(row.get(k) for k in by), []).append(row[value])
-    return [{**dict(zip(by, key)), **mean_std(values)} for key, values in groups.items()]
-
-
-def format_mean_std(stats: dict[str, Any], percent: bool = False, digits: int = 2) -> str:
-    """``12.34 ± 0.56 % (n=3)``; without a std (one seed): ``12.34 % (n=1)``."""
-    if stats.get("mean") is None:
-        return "-"
-    scale, unit = (100.0, " %") if percent else (1.0, "")
-    text = f"{stats['mean'] * scale:.{digits}f}"
-    if stats.get("std") is not None:
-        text += f" ± {stats['std'] * scale:.{digits}f}"
-    return f"{text}{unit} (n={stats['n']})"
-
-
-def rank_correlation(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Spearman's ρ of the pairs; None with fewer than 3 distinct x or a constant y (nothing to rank)."""
-    from scipy.stats import spearmanr
-
-    pairs = [(a, b) for a, b in zip(x, y) if _finite(a) and _finite(b)]
-    if len({a for a, _ in pairs}) < 3 or len({b for _, b in pairs}) < 2:
-        return None
-    rho = spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic
-    return float(rho) if math.isfinite(rho) else None
 
 
 # ---- the report -----------------------------------------------------------------------------------------
@@ -131,6 +86,7 @@ def _markdown(analysis: Analysis, preset: Preset, scale: str, dataset: str | Non
             parts.append(f"- **Incomplete**: {len(rows) - finished} runs did not finish; the numbers below use the "
                          "finished ones. Run the same command again to complete them.")
     parts += ["", "## Verdict", "", analysis.verdict, "", f"Supports the paper's claim: **{supported}**.", ""]
+    parts += verdict_table(analysis.verdicts)
     if analysis.numbers:
         parts += ["## Numbers", "", "| quantity | value |", "|---|---|"]
         parts += [f"| {_cell(k)} | {_cell(v)} |" for k, v in analysis.numbers.items()] + [""]
@@ -143,6 +99,26 @@ def _markdown(analysis: Analysis, preset: Preset, scale: str, dataset: str | Non
         for stem, table in analysis.tables.items():
             parts += [f"### {stem} ([{stem}.csv]({stem}.csv))", "", markdown_table(table)]
     return "\n".join(parts)
+
+
+def verdict_table(verdicts: Sequence[Any]) -> list[str]:
+    """Markdown lines: each part of the claim with its statistic, estimate, interval, seeds and decision, then the
+    rules (declared in the preset before its runs were read). Nothing without verdicts."""
+    if not verdicts:
+        return []
+    lines = ["| part of the claim | statistic | estimate | interval | seeds | claim holds when | decision |",
+             "|---|---|---|---|--:|---|---|"]
+    for v in verdicts:
+        f = v.formatted()
+        decision = f"**{v.decision}**" + (f" ({v.note})" if v.note else "")
+        lines.append("| " + " | ".join(_cell(c) for c in (v.claim, v.statistic, f["estimate"],
+                                                          f"{f['level']} {f['interval']}", v.seeds,
+                                                          f"statistic {f['claimed']}", decision)) + " |")
+    rules = list(dict.fromkeys(v.rule for v in verdicts))
+    lines += ["", "How each part is decided (paired bootstrap over seeds, pkmixer.experiments.stats): " +
+              " ".join(f"{rule}." for rule in rules) + " The claim is supported when every part is, "
+              "contradicted when any part is.", ""]
+    return lines
 
 
 def report_paths(sweep_dir: Path, analysis: Analysis | None = None) -> dict[str, Any]:
@@ -166,7 +142,8 @@ def write_report(analysis: Analysis, sweep_dir: Path, *, preset: Preset, scale: 
     sweep_dir = Path(sweep_dir)
     folder = sweep_dir / REPORT_DIR
     stamp = fingerprint(rows, preset=preset.name, scale=scale, dataset=dataset)
-    summary = {"verdict": analysis.verdict, "supported": analysis.supported, "numbers": analysis.numbers}
+    summary = {"verdict": analysis.verdict, "supported": analysis.supported, "numbers": analysis.numbers,
+               "verdicts": [v.as_dict() for v in analysis.verdicts]}
     if folder.exists():
         previous = _read_analysis(folder)
         if previous is not None and previous.get("fingerprint") == stamp and not overwrite:

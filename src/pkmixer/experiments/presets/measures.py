@@ -2,8 +2,10 @@
 
 * :func:`balance_minimum` - where the lowest mean error over (C, S) pairs falls relative to C = S (Fig. 6,
   Fig. S.3 right): the pair's |log₂(C/S)| against the smallest one of the sweep.
+* :func:`balance_gap` - per seed, the error at the pairs closest to C = S minus the lowest error of the other
+  pairs (the statistic of Fig. 6's verdict).
 * :func:`gap` - the difference of two families' mean errors with its pooled standard deviation, and whether it is
-  within noise (Fig. 2d, Fig. 7, Table 1).
+  within noise (Fig. 2d, Table 1); it lives in :mod:`pkmixer.experiments.stats`, with every statistic over seeds.
 * :func:`learning_curves`, :func:`mean_curve`, :func:`overfitting` - the per-epoch metrics of runs, read from
   their ``metrics.jsonl``, averaged over seeds, and how far a test loss rises after its minimum (Figs. S.6-S.8).
 * :func:`error_plot` - mean test error ± std over seeds against a swept quantity, one line per family.
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..stats import finite, gap  # noqa: F401  (gap re-exported)
 from ..sweep import SweepDir
 
 COLOURS = {"S-Mixer": "tab:red", "RP S-Mixer": "tab:orange", "MLP-Mixer": "tab:red", "RP MLP-Mixer": "tab:orange",
@@ -46,13 +49,25 @@ def balance_minimum(points: Sequence[dict]) -> dict[str, Any] | None:
             "closest": closest, "at_balance": math.isclose(distance[id(best)], closest, abs_tol=1e-9)}
 
 
-def gap(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """``a`` minus ``b`` for two {"mean", "std", "n"} summaries: the difference, the pooled standard deviation
-    √(std_a² + std_b²) (None when a side has one seed) and ``within_noise`` (|difference| ≤ 2 × pooled std)."""
-    diff = a["mean"] - b["mean"]
-    pooled = math.hypot(a["std"], b["std"]) if a.get("std") is not None and b.get("std") is not None else None
-    return {"difference": diff, "pooled_std": pooled,
-            "within_noise": None if pooled is None else abs(diff) <= 2 * pooled}
+def balance_gap(rows: Sequence[dict], value: str = "final_test_error", seed_key: str = "seed") -> dict[Any, float]:
+    """Seed -> how much lower the error is at the pairs closest to C = S than at any other pair (Fig. 6), within
+    that seed's rows: the mean ``value`` of the pairs of smallest |log₂(C/S)| (a mirrored pair (a, b), (b, a)
+    shares its distance) minus the lowest ``value`` among the other pairs. Negative: the minimum is at balance.
+    The expectation of a minimum is at most the minimum of the expectations, so this errs towards "not lowest":
+    conservative for the claim. Seeds with fewer than two distances are left out."""
+    seeds: dict[Any, dict[tuple, float]] = {}
+    for row in rows:
+        if row.get(seed_key) is not None and finite(row.get(value)):
+            seeds.setdefault(row[seed_key], {})[(row["C"], row["S"])] = float(row[value])
+    out = {}
+    for seed, errors in seeds.items():
+        distance = {pair: round(abs(math.log2(pair[0] / pair[1])), 9) for pair in errors}
+        closest = min(distance.values())
+        balanced = [e for pair, e in errors.items() if distance[pair] == closest]
+        others = [e for pair, e in errors.items() if distance[pair] != closest]
+        if others:
+            out[seed] = float(np.mean(balanced)) - min(others)
+    return out
 
 
 def learning_curves(sweep_dir: Path, rows: Sequence[dict]) -> dict[str, list[dict[str, Any]]]:
