@@ -24,7 +24,7 @@ from pkmixer.train.config import build_config
 
 TRAINED = ["fig2", "fig2d", "fig4", "fig6", "fig7", "table1", "figs2", "figs3", "figs4", "figs5", "figs6", "figs7",
            "figs8"]
-ANALYSIS_ONLY = ["figs9", "tables3"]
+ANALYSIS_ONLY = ["fig3", "figs9", "tables3"]
 
 
 # ---- smoke scale: the sweep, the analysis and the report ---------------------------------------------------
@@ -333,6 +333,21 @@ def test_figs9_counts_match_the_kronecker_structure():
     assert block_fraction(masks[1], 8) == 1.0 and block_fraction(np.eye(4, dtype=bool)[::-1], 2) == 0.0
 
 
+def test_fig3_is_eq_15s_line():
+    analysis = get_preset("fig3").analyze([], None, "paper")
+    curve = analysis.tables["fig3"]
+    assert analysis.supported is True and not analysis.verdicts  # exact arithmetic: no seeds, no interval
+    assert curve[0]["C"] == 1.0 and curve[-1]["S"] == pytest.approx(1.0) and curve[0]["m"] == curve[-1]["m"]
+    peak = max(curve, key=lambda r: r["m"])
+    assert peak["C"] == pytest.approx(1e8 ** (1 / 3)) and peak["S"] == pytest.approx(peak["C"])
+    assert peak["m"] == pytest.approx(1e8 ** (2 / 3)) and peak is min(curve, key=lambda r: r["p"])
+    for row in curve[::37]:
+        assert (row["C"] * row["S"] ** 2 + row["C"] ** 2 * row["S"]) / 2 == \
+            pytest.approx(1e8)  # Eq. 14 at γ = 1
+        assert row["p"] == pytest.approx(1e8 / row["m"] ** 2)
+    assert len(get_preset("fig3").analyze([], None, "smoke").tables["fig3"]) < len(curve)
+
+
 def test_fig4_spectrum_is_the_theory_modules(tmp_path):
     analysis = get_preset("fig4").analyze([], tmp_path, "smoke")
     table = analysis.tables["fig4_spectrum"]
@@ -344,6 +359,9 @@ def test_fig4_spectrum_is_the_theory_modules(tmp_path):
 
 # ---- verdicts on constructed results -------------------------------------------------------------------------
 
+FIVE = range(5)  # a verdict's 90 % rule needs 5 seeds (pkmixer.experiments.stats.seeds_needed)
+
+
 def _rows(points, seeds=(0, 1, 2), jitter=0.002):
     """Finished result rows: each point's error, ± jitter over seeds."""
     rows = []
@@ -354,38 +372,93 @@ def _rows(points, seeds=(0, 1, 2), jitter=0.002):
     return rows
 
 
-def _fig6_rows(best_at):
+def _fig6_rows(best_at, seeds=FIVE):
     pairs = [(8, 87), (16, 56), (32, 32), (56, 16), (87, 8)]
     points = []
     for family in ("S-Mixer", "RP S-Mixer"):
         for C, S in pairs:
             error = 0.1 + 0.02 * abs(math.log2((C / S) / (best_at[0] / best_at[1])))
             points.append(({"model": family, "omega": 2**15, "gamma": 1.0, "C": C, "S": S, "width": C * S}, error))
-    return _rows(points)
+    return _rows(points, seeds)
+
+
+def _decisions(analysis):
+    return [v.decision for v in analysis.verdicts]
 
 
 def test_fig6_verdict(tmp_path):
     preset = get_preset("fig6")
-    assert preset.analyze(_fig6_rows((32, 32)), tmp_path, "small").supported is True
+    good = preset.analyze(_fig6_rows((32, 32)), tmp_path, "small")
+    assert good.supported is True and _decisions(good) == ["supported"] * 2
+    assert good.verdicts[0].estimate == pytest.approx(-0.02 * math.log2(56 / 16))  # (32, 32) against (56, 16)
     bad = preset.analyze(_fig6_rows((87, 8)), tmp_path, "small")
-    assert bad.supported is False and "away from C = S" in bad.verdict
+    assert bad.supported is False and "away from C = S" in bad.verdict and _decisions(bad) == ["contradicted"] * 2
+    few = preset.analyze(_fig6_rows((32, 32), seeds=(0, 1, 2)), tmp_path, "small")
+    assert few.supported is None and "3 seeds: a 90 % rule needs 5" in few.verdict
 
 
 def test_fig7_verdict(tmp_path):
-    def rows(deep_gap):
+    def rows(deep_gap, seeds=FIVE):
         points = [({"model": "S-Mixer", "depth": L}, 0.20) for L in (1, 2, 4, 8)]
         points += [({"model": "RP S-Mixer", "depth": L}, 0.20 + g) for L, g in zip((1, 2, 4, 8), (0.05, 0.03, 0.02,
                                                                                                   deep_gap))]
-        return _rows(points)
+        return _rows(points, seeds)
 
     preset = get_preset("fig7")
-    assert preset.analyze(rows(0.001), tmp_path, "small").supported is True
-    assert preset.analyze(rows(0.06), tmp_path, "small").supported is False
+    good = preset.analyze(rows(0.001), tmp_path, "small")
+    assert good.supported is True and _decisions(good) == ["supported"] * 3
+    bad = preset.analyze(rows(0.06), tmp_path, "small")
+    assert bad.supported is False and _decisions(bad) == ["supported", "contradicted", "contradicted"]
+    assert preset.analyze(rows(0.001, seeds=(0, 1)), tmp_path, "small").supported is None  # 2 seeds decide nothing
     no_deficit = _rows([({"model": "S-Mixer", "depth": L}, 0.20) for L in (1, 2, 4, 8)]
                        + [({"model": "RP S-Mixer", "depth": L}, 0.20 - g) for L, g in zip((1, 2, 4, 8),
-                                                                                      (0.05, 0.03, 0.02, 0.01))])
+                                                                                      (0.05, 0.03, 0.02, 0.01))], FIVE)
     undecided = preset.analyze(no_deficit, tmp_path, "small")
     assert undecided.supported is None and "cannot be judged" in undecided.verdict
+    assert undecided.verdicts[0].decision == "contradicted"
+
+
+def _fig5_rows(sign, seeds=FIVE, noise=0.0):
+    rng = np.random.default_rng(0)
+    rows = []
+    for family in ("S-Mixer", "RP S-Mixer", "SW-MLP"):
+        for i, m in enumerate((181, 362, 724, 1024)):
+            for seed in seeds:
+                sw = family == "SW-MLP"
+                rows.append({"model": family, "omega": 2**15, "C": None if sw else 2**(i + 2), "S": None if sw else 32,
+                             "width": m, "density": 4.0**-i if sw else None, "seed": seed, "run": f"{family}-{m}-s{seed}",
+                             "status": "finished", "final_test_error": 0.3 + sign * 0.02 * i + noise * rng.normal()})
+    return rows
+
+
+def test_fig5_verdict(tmp_path):
+    preset = get_preset("fig5")
+    good = preset.analyze(_fig5_rows(-1), tmp_path, "small")
+    assert good.supported is True and _decisions(good) == ["supported"] * 3
+    assert good.verdicts[0].estimate == -1.0 and good.verdicts[0].interval == (-1.0, -1.0)
+    assert "90 % interval [−1.00, −1.00] over 5 seeds (claim: < 0.00) - supported" in good.verdict
+    assert preset.analyze(_fig5_rows(+1), tmp_path, "small").supported is False
+    two = preset.analyze(_fig5_rows(-1, seeds=(0, 1)), tmp_path, "small")  # the small scale's 2 seeds
+    assert two.supported is None and _decisions(two) == ["undecided"] * 3 and "a 90 % rule needs 5" in two.verdict
+    flat = preset.analyze(_fig5_rows(0, seeds=range(8), noise=0.02), tmp_path, "small")  # no trend, only noise
+    assert flat.supported is None
+
+
+def test_fig4_verdict(tmp_path):
+    def rows(sw_widest):
+        points = []
+        for i, (C, S) in enumerate(((2, 60), (4, 40), (8, 25), (16, 16))):
+            meta = {"C": C, "S": S, "width": C * S, "gamma_width": 2 * C * S, "density": (1 / C + 1 / S) / 2}
+            points.append(({**meta, "model": "MLP-Mixer"}, 0.4 - 0.05 * i))
+            points.append(({**meta, "model": "SW-MLP"}, 0.38 - 0.04 * i + (sw_widest if i == 3 else 0.0)))
+        return _rows(points, FIVE)
+
+    preset = get_preset("fig4")
+    good = preset.analyze(rows(0.05), tmp_path, "small")  # the widest SW-MLP 0.31 against the Mixer's 0.25
+    assert _decisions(good) == ["supported"] * 5 and good.supported is True
+    assert good.verdicts[2].estimate == pytest.approx(0.06)
+    bad = preset.analyze(rows(-0.02), tmp_path, "small")  # the widest SW-MLP better than the Mixer
+    assert bad.verdicts[2].decision == "contradicted" and bad.supported is False
 
 
 def test_table1_verdict(tmp_path):

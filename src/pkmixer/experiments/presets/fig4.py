@@ -12,9 +12,13 @@ the same Ω and width both fall as the width γm grows, but at the widest point 
 than the Mixer. Right: the largest singular value of the SW-MLP's random weight M ⊙ A grows with m at fixed Ω
 and stays above the Mixer's c_γ = 1 + √γ (Eqs. 16-18). What a run shows: mean test error ± std over seeds of
 both families against γm; λ_max of M ⊙ A (mean ± std over draws) at the same widths with √L₊ and c_γ. The
-verdict: Spearman ρ(γm, error) of each family, the two errors at the widest point, and ρ(m, λ_max) with the
-smallest λ_max / c_γ; supported when both ρ(γm, error) are negative, the SW-MLP is worse at the widest point,
-λ_max grows with m and always exceeds c_γ.
+verdict has five parts, each a statistic with its 90 % paired-bootstrap interval and a rule declared below before
+any run is read (pkmixer.experiments.stats): for each family the mean over seeds of the within-seed Spearman
+ρ(γm, error), claimed < 0 (:data:`ERROR_TREND_RULE`); the mean over seeds of error(SW-MLP) − error(MLP-Mixer) at
+the widest γm, claimed > 0 (:data:`WIDEST_RULE`); over the draws of M ⊙ A (the same draw seeds at every width), the
+mean within-draw Spearman ρ(m, λ_max), claimed > 0 (:data:`SPECTRUM_TREND_RULE`), and the smallest over widths of
+the mean λ_max / c_γ, claimed > 1 (:data:`EDGE_RULE`). Supported when every part is, contradicted when any part
+is, undecided otherwise (and with fewer than 5 seeds or draws).
 
 Scales:
 
@@ -33,16 +37,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...theory.spectrum import lambda_max_sweep
+import math
+
+import numpy as np
+
+from ...theory.spectrum import c_gamma, density_at_width, l_plus, largest_singular_value, swmlp_weight
 from ...theory.width import mixer_omega, symmetric_pairs
 from ..preset import Analysis, Preset, register_preset
-from ..report import aggregate, format_mean_std, rank_correlation
+from ..stats import (Rule, aggregate, bootstrap_verdict, difference_verdict, format_mean_std, overall,
+                     per_seed_trend, summary, trend_verdict)
 from ..sweep import RunSpec
 from . import recipes
 from .measures import error_plot, finished
 
 GAMMA = 2.0
 PAPER_CHANNELS = (4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 64)
+# The verdict's rules, fixed before any run is read (issue 16; pkmixer.experiments.stats).
+LEVEL = 0.90
+ERROR_TREND_RULE = Rule("mean over seeds of Spearman ρ(γm, test error)", threshold=0.0, direction="below",
+                        level=LEVEL)
+WIDEST_RULE = Rule("mean over seeds of error(SW-MLP) − error(MLP-Mixer) at the widest γm", threshold=0.0,
+                   direction="above", level=LEVEL, scale=100, unit=" points")
+SPECTRUM_TREND_RULE = Rule("mean over draws of Spearman ρ(m, λ_max of M ⊙ A)", threshold=0.0, direction="above",
+                           level=LEVEL)
+EDGE_RULE = Rule("smallest over widths of the mean λ_max / c_γ", threshold=1.0, direction="above", level=LEVEL,
+                 digits=3)
 
 
 @dataclass(frozen=True)
@@ -72,6 +91,8 @@ class Fig4(Preset):
     datasets = ("cifar10", "fashion-mnist", "mnist", "digits", "cifar100", "stl10")
     scale_datasets = recipes.SCALE_DATASETS
     default_seeds = {"paper": 4, "small": 2, "smoke": 1}
+    rules = {"error trend": ERROR_TREND_RULE, "widest": WIDEST_RULE, "spectrum trend": SPECTRUM_TREND_RULE,
+             "edge": EDGE_RULE}  # module constants, declared before the runs are read
 
     def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
         dataset = self.check_dataset(scale, dataset)
@@ -95,43 +116,31 @@ class Fig4(Preset):
         points.sort(key=lambda p: (p["model"], p["width"]))
         table = [{k: p[k] for k in ("model", "C", "S", "width", "gamma_width", "density")} |
                  {"test_error_mean": p["mean"], "test_error_std": p["std"], "seeds": p["n"]} for p in points]
-        numbers, rhos = {}, {}
+        done = finished(rows)
+        numbers, verdicts = {}, []
         for family in ("MLP-Mixer", "SW-MLP"):
-            group = [p for p in points if p["model"] == family]
-            rhos[family] = rank_correlation([p["width"] for p in group], [p["mean"] for p in group])
-            numbers[f"{family}: Spearman ρ(γm, error)"] = None if rhos[family] is None else round(rhos[family], 3)
+            runs = [r for r in done if r["model"] == family]
+            verdicts.append(trend_verdict(runs, "width", ERROR_TREND_RULE, claim=f"{family}: error falls as γm grows"))
         widest = max((p["width"] for p in points), default=None)
         at_widest = {p["model"]: p for p in points if p["width"] == widest}
         for family, p in at_widest.items():
             numbers[f"{family} at the widest γm = {p['gamma_width']:g}"] = format_mean_std(p, percent=True)
+        arms = [[r for r in done if r["model"] == f and r["width"] == widest] for f in ("SW-MLP", "MLP-Mixer")]
+        verdicts.append(difference_verdict(*arms, WIDEST_RULE, claim=f"the widest SW-MLP (γm = "
+                                           f"{GAMMA * (widest or 0):g}) is worse than the Mixer"))
 
         s = SIZES[scale]
         widths = sorted({C * S for C, S in s.pairs()})
-        spectrum = lambda_max_sweep(s.omega, GAMMA, widths, seeds=s.draws)
-        rho_l = rank_correlation([r["m"] for r in spectrum], [r["lambda_max_mean"] for r in spectrum])
-        above = min(r["lambda_max_mean"] / r["c_gamma"] for r in spectrum)
-        numbers["Spearman ρ(m, λ_max of M ⊙ A)"] = None if rho_l is None else round(rho_l, 3)
-        numbers["smallest λ_max / c_γ over widths"] = round(above, 4)
-        numbers["c_γ = 1 + √γ"] = round(spectrum[0]["c_gamma"], 4)
-
-        parts, checks = [], []
-        for family, rho in rhos.items():
-            parts.append(f"{family} ρ(γm, error) = {'-' if rho is None else f'{rho:+.2f}'}")
-            checks.append(rho is not None and rho < 0)
-        if len(at_widest) == 2:
-            worse = at_widest["SW-MLP"]["mean"] > at_widest["MLP-Mixer"]["mean"]
-            checks.append(worse)
-            sw_error, mixer_error = (100 * at_widest[f]["mean"] for f in ("SW-MLP", "MLP-Mixer"))
-            parts.append(f"at the widest γm = {GAMMA * widest:g} the SW-MLP is {'worse' if worse else 'not worse'} "
-                         f"({sw_error:.2f} % against {mixer_error:.2f} %)")
-        else:
-            checks.append(False)
-        grows, exceeds = rho_l is not None and rho_l > 0, above > 1
-        parts.append(f"λ_max of M ⊙ A {'grows' if grows else 'does not grow'} with m (ρ = "
-                     f"{'-' if rho_l is None else f'{rho_l:+.2f}'}) and is "
-                     f"{'always above' if exceeds else 'not always above'} c_γ (smallest ratio {above:.3f})")
-        verdict = "; ".join(parts) + "."
-        supported = None if scale == "smoke" else all(checks) and grows and exceeds
+        spectrum, draws = _spectrum(s.omega, widths, s.draws)
+        per_draw = per_seed_trend([{"seed": k, "m": m, "lambda": draws[k, i]} for k in range(s.draws)
+                                   for i, m in enumerate(widths)], "m", "lambda")
+        verdicts.append(bootstrap_verdict(per_draw, SPECTRUM_TREND_RULE, claim="λ_max of M ⊙ A grows with m"))
+        c = spectrum[0]["c_gamma"]
+        verdicts.append(bootstrap_verdict(list(draws), EDGE_RULE, claim="λ_max of M ⊙ A exceeds c_γ at every width",
+                                          statistic=lambda d: (d.mean(axis=1) / c).min(axis=-1)))
+        numbers["c_γ = 1 + √γ"] = round(c, 4)
+        supported = None if scale == "smoke" else overall(verdicts)
+        verdict = {True: "Supported - ", False: "Not supported - ", None: "Undecided - "}[supported] + summary(verdicts)
         if scale == "smoke":
             verdict += " (Smoke scale: too short to decide.)"
         data = ", ".join(sorted({str(r.get("dataset")) for r in rows}))
@@ -143,7 +152,19 @@ class Fig4(Preset):
                                              "c_gamma")} for r in spectrum]
         return Analysis(figures={"fig4_error": left, "fig4_spectrum": right},
                         tables={"fig4_error": table, "fig4_spectrum": spectrum_table}, numbers=numbers,
-                        verdict=verdict, supported=supported)
+                        verdict=verdict, supported=supported, verdicts=verdicts)
+
+
+def _spectrum(omega: int, widths: list[int], draws: int) -> tuple[list[dict], np.ndarray]:
+    """:func:`pkmixer.theory.spectrum.lambda_max_sweep`'s rows (the same draws: seed k at every width) and the
+    λ_max of every draw, shape (draws, widths), which the verdict resamples."""
+    density = {m: density_at_width(omega, m, GAMMA) for m in widths}
+    tops = np.array([[largest_singular_value(swmlp_weight(m, density[m], GAMMA, k)) for m in widths]
+                     for k in range(draws)])
+    rows = [{"m": m, "p": density[m], "q": math.sqrt(density[m] * m), "lambda_max_mean": float(np.mean(tops[:, i])),
+             "lambda_max_std": float(np.std(tops[:, i])), "sqrt_l_plus": math.sqrt(l_plus(m, density[m], GAMMA)),
+             "c_gamma": c_gamma(GAMMA)} for i, m in enumerate(widths)]
+    return rows, tops
 
 
 def _spectrum_figure(rows: list[dict], omega: int):

@@ -9,8 +9,11 @@ Command::
 The paper's claim: at a fixed number Ω of connections per layer, the test error falls as the effective width
 grows, alike for the S-Mixer (m = S·C), the RP S-Mixer and the static sparse-weight MLP (m = √(Ω/p)); the
 Mixers reach widths an SW-MLP cannot afford. What a run shows: the mean test error over seeds of every
-(family, Ω, C, S) or (SW-MLP, p) point against m, and - the verdict - Spearman's rank correlation ρ between m and
-the mean error within each family and Ω; the claim is supported when every ρ is negative.
+(family, Ω, C, S) or (SW-MLP, p) point against m, and - the verdict - for each family and Ω, Spearman's ρ between m
+and the test error within each seed, averaged over seeds, with its 90 % paired-bootstrap interval over seeds
+(:data:`TREND_RULE`, declared here before any run is read): a family supports the claim when the whole interval is
+below 0, contradicts it when it is above 0, and is undecided otherwise or with fewer than 5 seeds; the claim is
+supported when every family supports it, contradicted when any contradicts it.
 
 Scales:
 
@@ -38,11 +41,15 @@ from matplotlib.figure import Figure
 from ...errors import ConfigError
 from ...theory.width import mixer_omega, swmlp_width, symmetric_pairs
 from ..preset import Analysis, Preset, register_preset
-from ..report import aggregate, format_mean_std, rank_correlation
+from ..stats import Rule, aggregate, format_mean_std, overall, summary, trend_verdict
 from ..sweep import RunSpec
 from .recipes import SCALE_DATASETS, seed_structures
 
 FAMILIES = ("S-Mixer", "RP S-Mixer", "SW-MLP")
+# The verdict's rule, fixed before any run is read (issue 16): per family and Ω, the mean over seeds of the
+# within-seed Spearman ρ(m, test error), its 90 % paired-bootstrap interval over seeds, and the threshold 0.
+LEVEL = 0.90
+TREND_RULE = Rule("mean over seeds of Spearman ρ(width, test error)", threshold=0.0, direction="below", level=LEVEL)
 _OPTIM_PAPER = {"name": "sgd", "lr": 0.02, "momentum": 0.9, "nesterov": True, "weight_decay": 0.0}
 
 
@@ -111,6 +118,7 @@ class Fig5(Preset):
     source = "Hayase & Karakida Fig. 5, Sec. 4.2, App. C.4"
     datasets = ("cifar10", "cifar100", "stl10", "fashion-mnist", "digits")
     scale_datasets = SCALE_DATASETS
+    rules = {"trend": TREND_RULE}  # the verdict's rule (module constants), declared before the runs are read
 
     def _settings(self, scale: str, dataset: str) -> _Scale:
         kind = _IMAGE_KIND[dataset]
@@ -154,32 +162,30 @@ class Fig5(Preset):
         table = [{"model": p["model"], "omega": p["omega"], "C": p["C"], "S": p["S"], "width": p["width"],
                   "density": p["density"], "test_error_mean": p["mean"], "test_error_std": p["std"], "seeds": p["n"]}
                  for p in points]
-        correlations, numbers = {}, {}
+        numbers, verdicts = {}, []
         for family in FAMILIES:
             for omega in sorted({p["omega"] for p in points if p["model"] == family}):
                 group = [p for p in points if p["model"] == family and p["omega"] == omega]
                 key = f"{family} Ω={_power(omega)}"
-                rho = rank_correlation([p["width"] for p in group], [p["mean"] for p in group])
-                correlations[key] = rho
                 best = min(group, key=lambda p: p["mean"])
                 numbers[f"{key}: widths"] = f"{min(p['width'] for p in group)} to {max(p['width'] for p in group)}"
                 numbers[f"{key}: lowest test error"] = \
                     f"{format_mean_std(best, percent=True)} at m = {best['width']}" + \
                     (f" (C = {best['C']}, S = {best['S']})" if best["C"] else f" (p = {best['density']:.3g})")
-                numbers[f"{key}: Spearman ρ(width, error)"] = None if rho is None else round(rho, 3)
-        decided = {k: v for k, v in correlations.items() if v is not None}
-        supported = None
-        if scale != "smoke" and decided and len(decided) == len(correlations):
-            supported = all(v < 0 for v in decided.values())
-        listed = "; ".join(f"{k}: ρ = {v:+.2f}" for k, v in decided.items()) or "too few widths to rank"
+                runs = [r for r in done if r["model"] == family and r["omega"] == omega]
+                verdicts.append(trend_verdict(runs, "width", TREND_RULE, claim=f"{key}: error falls as m grows"))
+        supported = None if scale == "smoke" else overall(verdicts)
+        listed = summary(verdicts) or "no finished runs."
         if supported is None:
-            verdict = f"Spearman ρ between effective width and mean test error - {listed}. " \
-                      f"({'smoke scale: too short to decide' if scale == 'smoke' else 'undecided: too few points'})"
+            verdict = f"Spearman ρ between effective width and test error, per seed and averaged over seeds - " \
+                      f"undecided: {listed}"
+            if scale == "smoke":
+                verdict += " (Smoke scale: too short to decide.)"
         else:
             verdict = (f"Test error {'falls' if supported else 'does not fall in every family'} as the effective "
-                       f"width grows at fixed Ω - Spearman ρ(width, mean error): {listed}.")
+                       f"width grows at fixed Ω - {listed}")
         return Analysis(figures={"fig5": _plot(points, rows)}, tables={"fig5": table}, numbers=numbers,
-                        verdict=verdict, supported=supported)
+                        verdict=verdict, supported=supported, verdicts=verdicts)
 
 
 def _power(omega: int, tex: bool = False) -> str:

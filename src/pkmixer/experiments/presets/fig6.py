@@ -9,9 +9,13 @@ Command::
 
 The paper's claim: at fixed Ω the effective width m = SC peaks at C = S = (Ω/γ)^{1/3} (Eq. 15), and the test
 error of normal and RP Mixers is lowest around C = S. What a run shows: the mean test error over seeds of each
-(C, S) pair for the normal and the RP Mixer, against C with the line C = S; the verdict says, for each family,
-where the lowest error falls and whether that pair is one of the pairs closest to C = S (mirrored pairs
-(a, b), (b, a) are equally close), with Spearman's ρ between |log₂(C/S)| and the error.
+(C, S) pair for the normal and the RP Mixer, against C with the line C = S. The verdict, per family: within each
+seed, the mean error of the pairs closest to C = S (mirrored pairs (a, b), (b, a) are equally close) minus the
+lowest error of the other pairs (:func:`~pkmixer.experiments.presets.measures.balance_gap`; conservative for the claim),
+averaged over seeds, with its 90 % paired-bootstrap interval over seeds; the claim holds when it is below 0
+(:data:`BALANCE_RULE`, declared before any run is read): supported when the whole interval is below 0,
+contradicted when it is above 0, undecided otherwise or with fewer than 5 seeds. The numbers add where the lowest
+mean error falls and Spearman's ρ(|log₂(C/S)|, error) per seed, averaged, with its interval.
 
 Scales:
 
@@ -38,15 +42,19 @@ from pathlib import Path
 
 from ...theory.width import mixer_omega, optimal_channels, symmetric_pairs, tokens_for_channels
 from ..preset import Analysis, Preset, register_preset
-from ..report import aggregate, format_mean_std, rank_correlation
+from ..stats import Rule, aggregate, bootstrap_verdict, format_mean_std, interval_text, overall, per_seed_trend, summary
 from ..sweep import RunSpec
 from . import recipes
-from .measures import balance_minimum, error_plot, finished
+from .measures import balance_gap, balance_minimum, error_plot, finished
 
 IMAGENET_OMEGA = 290_217_984  # γ (768²·196 + 768·196²)/2 with γ = 4 (App. C.5)
 IMAGENET_PATCHES = (7, 8, 14, 16, 28, 32)
 PAPER_DATASETS = ("cifar10", "cifar100", "stl10", "imagenet")
 TAGS = {"S-Mixer": "smixer", "RP S-Mixer": "rpsmixer", "MLP-Mixer": "mixer", "RP MLP-Mixer": "rpmixer"}
+# The verdict's rule, fixed before any run is read (issue 16; pkmixer.experiments.stats).
+LEVEL = 0.90
+BALANCE_RULE = Rule("mean over seeds of error(pairs closest to C = S) − lowest error of the other pairs",
+                    threshold=0.0, direction="below", level=LEVEL, scale=100, unit=" points")
 
 
 def _mirrored(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -88,6 +96,7 @@ class Fig6(Preset):
     source = "Hayase & Karakida Fig. 6, Sec. 5.4, App. C.5, Table S.2"
     datasets = PAPER_DATASETS + ("fashion-mnist", "mnist", "digits")
     scale_datasets = recipes.SCALE_DATASETS
+    rules = {"balance": BALANCE_RULE}  # module constants, declared before the runs are read
 
     def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
         dataset = self.check_dataset(scale, dataset)
@@ -131,23 +140,25 @@ class Fig6(Preset):
         points.sort(key=lambda p: (p["model"], p["C"]))
         table = [{"model": p["model"], "C": p["C"], "S": p["S"], "width": p["width"], "test_error_mean": p["mean"],
                   "test_error_std": p["std"], "seeds": p["n"]} for p in points]
-        numbers, findings, decided = {}, [], []
+        done = finished(rows)
+        numbers, findings, verdicts = {}, [], []
         families = [f for f in TAGS if any(p["model"] == f for p in points)]
         for family in families:
             group = [p for p in points if p["model"] == family]
+            runs = [r for r in done if r["model"] == family]
             best = balance_minimum(group)
-            rho = rank_correlation([abs(math.log2(p["C"] / p["S"])) for p in group], [p["mean"] for p in group])
             numbers[f"{family}: lowest test error"] = (f"{format_mean_std(min(group, key=lambda p: p['mean']), True)}"
                                                         f" at C = {best['C']}, S = {best['S']}")
             numbers[f"{family}: |log2(C/S)| at the minimum / closest pair"] = \
                 f"{best['log_ratio']:.2f} / {best['closest']:.2f}"
-            numbers[f"{family}: Spearman ρ(|log2(C/S)|, error)"] = None if rho is None else round(rho, 3)
-            decided.append(best["at_balance"])
-            findings.append(f"{family}: lowest error at (C, S) = ({best['C']}, {best['S']}), "
-                            f"{'one of the pairs closest to' if best['at_balance'] else 'away from'} C = S"
-                            + ("" if rho is None else f", ρ(|log₂(C/S)|, error) = {rho:+.2f}"))
-        supported = None if scale == "smoke" or len(decided) < 2 else all(decided)
-        verdict = "; ".join(findings) + "." if findings else "No run finished."
+            numbers[f"{family}: Spearman ρ(|log2(C/S)|, error) per seed"] = interval_text(
+                per_seed_trend(runs, lambda r: abs(math.log2(r["C"] / r["S"]))), level=LEVEL)
+            findings.append(f"{family}: lowest mean error at (C, S) = ({best['C']}, {best['S']}), "
+                            f"{'one of the pairs closest to' if best['at_balance'] else 'away from'} C = S")
+            verdicts.append(bootstrap_verdict(balance_gap(runs), BALANCE_RULE,
+                                              claim=f"{family}: error lowest around C = S"))
+        supported = None if scale == "smoke" else overall(verdicts)
+        verdict = "; ".join(findings) + ". " + summary(verdicts) if findings else "No run finished."
         if scale == "smoke":
             verdict += " (Smoke scale: too short to decide.)"
         omega, gamma = (points[0]["omega"], points[0]["gamma"]) if points else (None, 1.0)
@@ -157,4 +168,4 @@ class Fig6(Preset):
                             f" ({', '.join(data)})", "channels C (S from Ω)", vlines=vlines,
                             order=families)
         return Analysis(figures={"fig6": figure}, tables={"fig6": table}, numbers=numbers, verdict=verdict,
-                        supported=supported)
+                        supported=supported, verdicts=verdicts)

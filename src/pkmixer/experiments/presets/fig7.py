@@ -10,10 +10,15 @@ Command::
 The paper's claim: with few blocks the RP S-Mixer is worse than the normal S-Mixer, but as the depth grows it
 becomes comparable or better (its receptive field grows with every independently permuted layer, App. D.4).
 What a run shows: mean test error ± std over seeds against the number of blocks L for both families, and the
-gap RP − normal at each L. The verdict: the gap at the largest L is smaller than at the smallest L, and at the
-largest L the RP S-Mixer is better or within two pooled standard deviations of the normal one (undecided when
-the RP S-Mixer is not worse even at the smallest L: then there is no deficit to catch up with); the numbers say
-whether each family improves with depth (Spearman ρ(L, error)).
+gap RP − normal at each L. The verdict has three parts, each the mean over seeds of a per-seed statistic (a
+seed's RP and normal runs at every depth share the seed) with its 90 % paired-bootstrap interval over seeds and a
+rule declared below before any run is read (pkmixer.experiments.stats): the RP deficit at the smallest L, error(RP)
+− error(normal) > 0 (:data:`DEFICIT_RULE`); the catching up, gap(smallest L) − gap(largest L) > 0
+(:data:`CATCH_UP_RULE`); comparable or better at the largest L, gap < :data:`COMPARABLE` = 0.5 points
+(:data:`DEEP_RULE`). Supported when all three are, contradicted when any is, undecided otherwise (and with fewer
+than 5 seeds); when the deficit itself is contradicted (RP not worse even at the smallest L) the catching up
+cannot be judged and the verdict is undecided. The numbers say whether each family improves with depth (Spearman
+ρ(L, error) per seed, averaged, with its interval).
 
 Scales:
 
@@ -29,12 +34,23 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..preset import Analysis, Preset, register_preset
-from ..report import aggregate, format_mean_std, rank_correlation
+from ..stats import (CONTRADICTED, Rule, aggregate, bootstrap_verdict, format_mean_std, gap, interval_text, overall,
+                     per_seed_difference, per_seed_trend, summary)
 from ..sweep import RunSpec
 from . import recipes
-from .measures import error_plot, finished, gap
+from .measures import error_plot, finished
 
 FAMILIES = {"S-Mixer": ("smixer_s128_32", "smixer"), "RP S-Mixer": ("rp_smixer_s128_32", "rpsmixer")}
+# The verdict's rules, fixed before any run is read (issue 16; pkmixer.experiments.stats).
+LEVEL = 0.90
+COMPARABLE = 0.005  # "comparable": the RP S-Mixer's error at most 0.5 points above the normal one's
+_POINTS = {"level": LEVEL, "scale": 100, "unit": " points"}
+DEFICIT_RULE = Rule("mean over seeds of error(RP) − error(normal) at the smallest L", threshold=0.0,
+                    direction="above", **_POINTS)
+CATCH_UP_RULE = Rule("mean over seeds of the gap RP − normal at the smallest L minus at the largest L",
+                     threshold=0.0, direction="above", **_POINTS)
+DEEP_RULE = Rule("mean over seeds of error(RP) − error(normal) at the largest L", threshold=COMPARABLE,
+                 direction="below", **_POINTS)
 
 
 @register_preset
@@ -46,6 +62,7 @@ class Fig7(Preset):
     source = "Hayase & Karakida Fig. 7, Sec. 5.4, App. C.6, D.4"
     datasets = recipes.PAPER_CIFAR + ("fashion-mnist", "mnist", "digits")
     scale_datasets = recipes.SCALE_DATASETS
+    rules = {"deficit": DEFICIT_RULE, "catch up": CATCH_UP_RULE, "deep": DEEP_RULE}  # declared before the runs
 
     def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
         dataset = self.check_dataset(scale, dataset)
@@ -76,34 +93,39 @@ class Fig7(Preset):
                           "smixer_error_mean": normal and normal["mean"], "smixer_error_std": normal and normal["std"],
                           "rp_error_mean": rp and rp["mean"], "rp_error_std": rp and rp["std"],
                           "gap_rp_minus_normal": gaps[depth]["difference"] if depth in gaps else None})
+        done = finished(rows)
         numbers = {}
         for family in FAMILIES:
             group = sorted((p for p in points if p["model"] == family), key=lambda p: p["depth"])
             for p in group:
                 numbers[f"{family}, L = {p['depth']}"] = format_mean_std(p, percent=True)
-            rho = rank_correlation([p["depth"] for p in group], [p["mean"] for p in group])
-            numbers[f"{family}: Spearman ρ(L, error)"] = None if rho is None else round(rho, 3)
-        supported, verdict = None, "Too few depths finished to compare."
+            numbers[f"{family}: Spearman ρ(L, error) per seed"] = interval_text(
+                per_seed_trend([r for r in done if r["model"] == family], "depth"), level=LEVEL)
+        supported, verdict, verdicts = None, "Too few depths finished to compare.", []
         if len(gaps) >= 2:
-            first, last = gaps[min(gaps)], gaps[max(gaps)]
-            shrinks = last["difference"] < first["difference"]
-            close = last["difference"] <= 0 or bool(last["within_noise"])
+            low, high = min(gaps), max(gaps)
+
+            def seed_gaps(depth: int) -> dict:
+                arms = [[r for r in done if r["model"] == f and r["depth"] == depth] for f in ("RP S-Mixer", "S-Mixer")]
+                return per_seed_difference(*arms)
+
+            shallow, deep = seed_gaps(low), seed_gaps(high)
             numbers["gap RP − normal at the smallest / largest L (points)"] = \
-                f"{100 * first['difference']:+.2f} / {100 * last['difference']:+.2f}"
-            standing = ("better than" if last["difference"] <= 0 else "within two pooled std of" if close else
-                        "worse, beyond two pooled std, than" if last["within_noise"] is False else
-                        "worse (one seed: no std) than")
-            verdict = (f"The RP − normal error gap goes from {100 * first['difference']:+.2f} points at "
-                       f"L = {min(gaps)} to {100 * last['difference']:+.2f} at L = {max(gaps)} "
-                       f"({'shrinks' if shrinks else 'does not shrink'}); at L = {max(gaps)} the RP S-Mixer is "
-                       f"{standing} the normal one.")
-            if close and not shrinks and first["difference"] <= 0:
+                f"{100 * gaps[low]['difference']:+.2f} / {100 * gaps[high]['difference']:+.2f}"
+            verdicts = [
+                bootstrap_verdict(shallow, DEFICIT_RULE, claim=f"RP worse than normal at L = {low}"),
+                bootstrap_verdict({s: shallow[s] - deep[s] for s in shallow if s in deep}, CATCH_UP_RULE,
+                                  claim=f"the gap shrinks from L = {low} to L = {high}"),
+                bootstrap_verdict(deep, DEEP_RULE, claim=f"RP comparable or better at L = {high}"),
+            ]
+            verdict = (f"The RP − normal error gap goes from {100 * gaps[low]['difference']:+.2f} points at L = {low} "
+                       f"to {100 * gaps[high]['difference']:+.2f} at L = {high}. " + summary(verdicts))
+            if verdicts[0].decision == CONTRADICTED:
                 # RP is not worse even at the smallest depth: there is no deficit to catch up with
                 verdict += (f" The shallow RP deficit the claim starts from does not appear (RP is not worse at "
-                            f"L = {min(gaps)}), so catching up cannot be judged.")
-                supported = None
+                            f"L = {low}), so catching up cannot be judged.")
             else:
-                supported = None if scale == "smoke" else shrinks and close
+                supported = None if scale == "smoke" else overall(verdicts)
         if scale == "smoke":
             verdict += " (Smoke scale: too short to decide.)"
         data = ", ".join(sorted({str(r.get("dataset")) for r in rows}))
@@ -111,4 +133,4 @@ class Fig7(Preset):
         figure = error_plot(points, "depth", "model", f"Fig. 7: error against depth, S = C = {width} ({data})",
                             "blocks L", log_x=False, order=list(FAMILIES))
         return Analysis(figures={"fig7": figure}, tables={"fig7": table}, numbers=numbers, verdict=verdict,
-                        supported=supported)
+                        supported=supported, verdicts=verdicts)
