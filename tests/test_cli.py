@@ -55,7 +55,10 @@ BAD_CORE_INPUT = [
 ]
 
 
-@pytest.mark.parametrize("args,needle", [BAD_CORE_INPUT[i] for i in (0, 1, 10, 11)])
+# each case is a process that imports pkmixer (a few seconds): one in the default tier, the rest slow; all of
+# them run in-process in test_bad_core_input
+@pytest.mark.parametrize("args,needle", [pytest.param(*BAD_CORE_INPUT[i], marks=() if i == 0 else pytest.mark.slow)
+                                         for i in (0, 1, 10, 11)])
 def test_bad_input_exits_2_with_one_line(args, needle):
     """As a real process: exit status 2, one line on stderr, no traceback."""
     proc = run_cli(*args)

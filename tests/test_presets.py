@@ -29,6 +29,7 @@ ANALYSIS_ONLY = ["fig3", "figs9", "tables3"]
 
 # ---- smoke scale: the sweep, the analysis and the report ---------------------------------------------------
 
+@pytest.mark.slow  # every preset's smoke sweep; tests/test_reproduce.py runs fig5's in the default tier
 @pytest.mark.parametrize("name", TRAINED + ANALYSIS_ONLY)
 def test_smoke_scale_runs_and_reports(name, tmp_path):
     preset = get_preset(name)

@@ -64,6 +64,7 @@ def _alive(pid: int) -> bool:
     return "\tZ" not in status.split("State:")[1].splitlines()[0]
 
 
+@pytest.mark.slow  # a kill test; test_smoke_end_to_end runs the same sweep in the default tier
 def test_killed_sweep_resumes_with_complete_table(tmp_path):
     """SIGKILL the driver of a 2-worker sweep after 2 runs finished: its workers die with it, and the same
     command again completes the table - every run once - without retraining the finished runs."""

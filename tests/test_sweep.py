@@ -111,6 +111,7 @@ def test_one_driver_at_a_time(tmp_path):
             run_sweep([spec("a")], tmp_path, workers=1, progress=False)
 
 
+@pytest.mark.slow  # starts a Ray cluster
 def test_ray_backend(tmp_path):
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'pkmixer[ray]')")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

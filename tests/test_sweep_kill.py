@@ -139,6 +139,7 @@ def _kill_driver(tmp_path: Path, moment: str, quiet_s: float) -> dict:
         proc.wait()
 
 
+@pytest.mark.slow  # a kill test: a 2-worker sweep driver SIGKILLed; the bootstrap tests below stay in the default tier
 def test_killed_while_workers_import(tmp_path):
     """Both workers held in their start-up imports (where the old PR_SET_PDEATHSIG, set in the pool's
     initializer, had not been set yet) when the driver is killed: they die with it and never write."""

@@ -24,7 +24,7 @@ def _random_timm(name: str) -> torch.nn.Module:
     return model
 
 
-@pytest.mark.parametrize("name", ["mixer_s16_224", "mixer_b16_224"])
+@pytest.mark.parametrize("name", ["mixer_s16_224", pytest.param("mixer_b16_224", marks=pytest.mark.slow)])
 def test_timm_to_pkmixer_and_back(name):
     theirs = _random_timm(name)
     ours = from_timm(theirs).eval()

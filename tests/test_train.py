@@ -44,6 +44,7 @@ def _metrics(run_dir: Path) -> list[dict]:
     return rows
 
 
+@pytest.mark.slow  # 12 epochs; test_digits_one_epoch_run_and_eval is its default-tier counterpart
 def test_digits_reach_90_percent(tmp_path):
     summary = loop.train(build_config(None, {**DIGITS, "schedule.epochs": 12}), tmp_path / "run", log=quiet)
     assert summary["status"] == "finished"
@@ -56,11 +57,25 @@ def test_digits_reach_90_percent(tmp_path):
     assert result["test_error"] == pytest.approx(summary["best_test_error"])
 
 
+def test_digits_one_epoch_run_and_eval(tmp_path):
+    """The quick counterpart of test_digits_reach_90_percent: one epoch on 256 images (200 to test), the run
+    directory's files, and eval reproducing the best checkpoint's error."""
+    run = tmp_path / "run"
+    summary = loop.train(build_config(None, {**DIGITS, "schedule.epochs": 1, "data.train_subset": 256,
+                                              "data.test_subset": 200}), run, log=quiet)
+    assert summary["status"] == "finished" and summary["best_test_error"] < 0.9  # 10 classes: chance is 0.9
+    assert sorted(p.name for p in run.iterdir()) == [".lock", "checkpoints", "config.yaml", "metrics.jsonl", "summary.json"]
+    assert len(_metrics(run)) == 1
+    assert loop.evaluate_run(run, "best")["test_error"] == pytest.approx(summary["best_test_error"])
+
+
+@pytest.mark.slow  # training to an accuracy
 def test_synthetic_is_learned(tmp_path):
     summary = loop.train(build_config(None, SYNTH), tmp_path / "run", log=quiet)
     assert summary["best_test_error"] < 0.3  # 10 classes: chance is 0.9
 
 
+@pytest.mark.slow  # training to an accuracy; tests/test_data.py reads the real files in the default tier
 @pytest.mark.skipif(not FASHION.exists(), reason="Debian's dataset-fashion-mnist is not installed")
 def test_fashion_mnist(tmp_path):
     cfg = build_config(None, {"data.name": "fashion-mnist", "model.name": "smixer_t4_28", "model.depth": 2,
@@ -70,6 +85,7 @@ def test_fashion_mnist(tmp_path):
     assert summary["best_test_error"] < 0.30
 
 
+@pytest.mark.slow  # test_stop_and_resume_is_exact_tiny is its default-tier counterpart
 def test_stop_and_resume_is_exact(tmp_path):
     cfg = build_config(None, SYNTH)
     loop.train(cfg, tmp_path / "straight", log=quiet)
@@ -82,6 +98,19 @@ def test_stop_and_resume_is_exact(tmp_path):
     assert _metrics(tmp_path / "straight") == _metrics(tmp_path / "pieces")
 
 
+def test_stop_and_resume_is_exact_tiny(tmp_path):
+    """The quick counterpart of test_stop_and_resume_is_exact: two epochs of a few steps, stopped after the first."""
+    cfg = build_config(None, {**SYNTH, "schedule.epochs": 2, "data.train_subset": 128, "data.test_subset": 64})
+    loop.train(cfg, tmp_path / "straight", log=quiet)
+    first = loop.train(cfg, tmp_path / "pieces", stop_after=1, log=quiet)
+    assert first["status"] == "stopped" and first["epochs_done"] == 1
+    assert loop.train(None, tmp_path / "pieces", resume=True, log=quiet)["status"] == "finished"
+    a, b = _weights(tmp_path / "straight"), _weights(tmp_path / "pieces")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert _metrics(tmp_path / "straight") == _metrics(tmp_path / "pieces")
+
+
+@pytest.mark.slow  # a kill test: a subprocess SIGKILLed mid-epoch
 def test_sigkill_mid_epoch_then_resume_is_exact(tmp_path):
     overrides = {**SYNTH, "schedule.epochs": 3, "data.batch_size": 16}
     args = [arg for k, v in overrides.items() for arg in ("--set", f"{k}={v}")]
@@ -104,6 +133,7 @@ def test_sigkill_mid_epoch_then_resume_is_exact(tmp_path):
     assert _metrics(tmp_path / "straight") == _metrics(killed)
 
 
+@pytest.mark.slow  # torchrun: two processes that each import torch
 def test_torchrun_two_processes_match_one(tmp_path):
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     if torchrun is None:
