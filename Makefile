@@ -8,7 +8,7 @@ else
 TORCH_SPEC ?= torch torchvision
 endif
 
-.PHONY: install test test-all demo bench bench-full clean
+.PHONY: install test test-slow test-all demo bench bench-full clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -19,11 +19,18 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-test: install
-	$(PY) -m pytest -q
+# The slow tier's budget in seconds: pytest-timeout stops the session after it (checked between tests; each test
+# is bounded by the `timeout` in pyproject.toml). It takes about 9 min on 2 quiet cores.
+SLOW_BUDGET_S ?= 1500
 
-test-all: install  # slow tests included
-	$(PY) -m pytest -q -m ""
+test: install  # the default tier: every test not marked slow (under 3 min on 2 quiet cores)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-slow: install  # the slow tier only: training to an accuracy, kill/resume, Ray, torchrun, full-size models
+	$(PY) -m pytest -q -m slow --session-timeout=$(SLOW_BUDGET_S) $(PYTEST_ARGS)
+
+test-all: install  # both tiers in one run
+	$(PY) -m pytest -q -m "" $(PYTEST_ARGS)
 
 demo: install  # Fig. 5 at small scale: S-Mixer, RP S-Mixer, SW-MLP against width at fixed Ω (results/; resumable)
 	$(VENV)/bin/pkmixer reproduce fig5 --scale small
