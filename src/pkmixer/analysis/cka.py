@@ -211,6 +211,46 @@ def cka_matrix(model_a: nn.Module, model_b: nn.Module, batches: Iterable[torch.T
                      n_examples=acc.n_examples, n_batches=acc.n_batches)
 
 
+
+def check_inputs(data: str) -> None:
+    """Refuse inputs that are neither ``"gaussian"`` nor a known data set (before any model is loaded)."""
+    if data != "gaussian":
+        from ..data import list_datasets  # lazily: the data package imports torchvision
+
+        if data not in list_datasets():
+            raise unknown_name("data set (--data)", data, ["gaussian", *list_datasets()])
+
+
+def input_batches(data: str, in_chans: int, img_size: int, batches: int, batch_size: int, *, seed: int = 0,
+                  data_dir: str | None = None, resize: int | None = None) -> Iterable:
+    """``batches`` mini-batches of ``batch_size`` inputs (in_chans, img_size, img_size): standard Gaussian ones
+    drawn from ``seed`` (``data="gaussian"``), or the first test images of data set ``data``, as a model of that
+    size evaluates them (``(images, labels)`` batches, read lazily; only whole batches)."""
+    check_inputs(data)
+    if data == "gaussian":
+        generator = torch.Generator().manual_seed(seed)
+        return [torch.randn(batch_size, in_chans, img_size, img_size, generator=generator) for _ in range(batches)]
+    from ..data import build_dataset, build_transform, dataset_info
+
+    transform = build_transform(dataset_info(data), train=False, img_size=img_size, in_chans=in_chans, resize=resize)
+    test = build_dataset(data, "test", data_dir=data_dir, transform=transform)
+    first = torch.utils.data.Subset(test, range(min(len(test), batches * batch_size)))
+    return torch.utils.data.DataLoader(first, batch_size=batch_size, drop_last=True)
+
+
+def compare_models(model_a: nn.Module, model_b: nn.Module, *, data: str = "gaussian", batches: int = 16,
+                   batch_size: int = 64, seed: int = 0, data_dir: str | None = None, where: str = "mixing",
+                   labels: tuple[str, str] = ("model A", "model B")) -> CKAResult:
+    """:func:`cka_matrix` of two models that take the same inputs, over :func:`input_batches` (what ``pkmixer
+    cka`` computes); models with different input channels or sizes are refused."""
+    check_inputs(data)
+    shapes = [(m.in_chans, m.img_size) for m in (model_a, model_b)]
+    if shapes[0] != shapes[1]:
+        raise ConfigError(f"the models take different inputs: {shapes[0]} and {shapes[1]} (channels, pixels)")
+    inputs = input_batches(data, *shapes[0], batches, batch_size, seed=seed, data_dir=data_dir)
+    return cka_matrix(model_a, model_b, inputs, where=where, labels=labels)
+
+
 def _device(model: nn.Module) -> torch.device:
     param = next(model.parameters(), None)
     return param.device if param is not None else torch.device("cpu")

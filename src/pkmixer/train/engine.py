@@ -43,6 +43,7 @@ from ..models.resolution import enlarged_options, enlarged_state_dict
 from ..models.restore import model_from_checkpoint
 from . import distributed as dist_
 from .config import TrainConfig
+from .preflight import check_head_classes
 
 
 class TrainingDiverged(RuntimeError):
@@ -296,9 +297,7 @@ class StepEngine:
     def __init__(self, cfg: TrainConfig, ctx: dist_.Context, model: nn.Module, train_set, test_set) -> None:
         self.cfg, self.ctx, self.model = cfg, ctx, model
         d = cfg.data
-        if model.num_classes < train_set.info.num_classes:  # the loss would index past the logits
-            raise ConfigError(f"the model has {model.num_classes} classes, fewer than the {train_set.info.num_classes} "
-                              f"of {train_set.info.title}")
+        check_head_classes(model.num_classes, train_set.info.num_classes, train_set.info.title)
         if (d.mixup > 0 or d.cutmix > 0) and (d.batch_size // ctx.world) % 2:
             raise ConfigError(f"mixup and cutmix pair examples within a batch: data.batch_size={d.batch_size} "
                               f"must give an even batch per process")

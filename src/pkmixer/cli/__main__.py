@@ -1,0 +1,4 @@
+"""``python -m pkmixer.cli``: the ``pkmixer`` command."""
+from . import main
+
+raise SystemExit(main())
