@@ -1,5 +1,7 @@
-"""The token-mixing ablations of Mixer supp. A.1 against naive references, their refusals, their sizes, and a
-short training run of each registered ablation model."""
+"""The token-mixing ablations of Mixer supp. A.1 against naive references, their refusals, their sizes, the
+plain spelling that create_model and checkpoints use for the injected factories, and a short training run of
+each registered ablation model."""
+import inspect
 import json
 
 import pytest
@@ -12,9 +14,10 @@ from pkmixer.cli import main
 from pkmixer.layers.ablations import BatchedFcAct, BatchedMlp, GroupedTokenMixing
 from pkmixer.layers.mlp import FcAct, Mlp
 from pkmixer.layers.pk import PKMixing
+from pkmixer.layers.token_mixing import GroupedTokens, TiedTokens, UntiedTokens
 from pkmixer.models import Mixer
 from pkmixer.models.convert import to_timm
-from pkmixer.models.mixer import TokenProjectionSkip
+from pkmixer.models.mixer import PLAIN_OPTIONS, Pyramid, TokenProjectionSkip
 from pkmixer.models.registry import model_entry
 from pkmixer.models.resolution import enlarged_state_dict
 from pkmixer.train import loop
@@ -45,7 +48,7 @@ def test_registered_ablations():
 @pytest.mark.parametrize("block", ["mlp", "fc"])
 def test_untied_equals_separate_mlps_per_channel(block):
     """C separate MLPs with independent weights, the c-th applied to column c of X (supp. A.1, "untying")."""
-    model = small(block=block, untied_tokens=True, **({"mlp_ratio": 1.5} if block == "mlp" else {}))
+    model = small(block=block, token_mixing=UntiedTokens(), **({"mlp_ratio": 1.5} if block == "mlp" else {}))
     mixing = model.blocks[1].token.mixing
     assert isinstance(mixing, PKMixing) and isinstance(mixing.mlp, BatchedMlp if block == "mlp" else BatchedFcAct)
     S, C = 16, 8
@@ -87,7 +90,7 @@ def naive_grouped(X: torch.Tensor, G: int, mlp, S_out: int, views: torch.Tensor 
 @pytest.mark.parametrize("views", [False, True])
 @pytest.mark.parametrize("G,S_out,untied", [(2, 16, False), (4, 16, False), (4, 9, False), (2, 9, True)])
 def test_grouped_and_views_equal_the_naive_reshape(G, S_out, untied, views):
-    model = small(channel_groups=G, group_views=views, untied_tokens=untied, token_schedule=(S_out, S_out),
+    model = small(token_mixing=GroupedTokens(G, views=views, untied=untied), num_tokens=Pyramid(S_out, S_out),
                   mlp_ratio=1.5)
     mixing = model.blocks[0].token.mixing
     assert isinstance(mixing, GroupedTokenMixing) and (mixing.views is not None) == views
@@ -118,7 +121,7 @@ def test_one_group_is_the_normal_token_mixing():
 
 
 def test_pyramid_shapes_and_projection_skips():
-    model = small(depth=4, token_schedule=[16, 9, 9, 4], mlp_ratio=2.0)
+    model = small(depth=4, num_tokens=Pyramid(16, 9, 9, 4), mlp_ratio=2.0)
     skips = [blk.token.skip for blk in model.blocks]
     assert skips[0] is None and skips[2] is None  # S unchanged: identity skip
     assert [(s.proj.in_features, s.proj.out_features) for s in (skips[1], skips[3])] == [(16, 9), (9, 4)]
@@ -139,12 +142,114 @@ def test_pyramid_shapes_and_projection_skips():
         assert rel_err(sub(h), skip + branches[2]) < TOL
     info = model.info()
     assert info.tokens_per_block == (16, 9, 9, 4) and info.num_tokens == 16 and info.effective_width == 16 * 8
-    # num_tokens still puts the App. A.2.4 skip in block 0, even when S = S0
-    with_skip = small(depth=2, num_tokens=16, token_schedule=[16, 4], mlp_ratio=2.0)
+    # project_first (the plain num_tokens=16, token_schedule=[16, 4]) puts the App. A.2.4 skip in block 0 even
+    # when S = S0, as num_tokens=S does
+    with_skip = small(depth=2, num_tokens=Pyramid(16, 4, project_first=True), mlp_ratio=2.0)
     assert all(isinstance(blk.token.skip, TokenProjectionSkip) for blk in with_skip.blocks)
+    assert pkmixer.create_model("mixer_t4_28", img_size=16, depth=2, num_tokens=16, token_schedule=[16, 4]) \
+        .blocks[0].token.skip is not None
+
+
+# ---- the injected factories and their plain spelling ----------------------------------------------------------
+
+
+def test_the_signature_holds_no_ablation_switches():
+    """Mixer takes the supp. A.1 options as objects (token_mixing=, num_tokens=Pyramid(...)), not as keywords;
+    create_model still accepts the keywords of the earlier signature (configs, CLI --set, checkpoints)."""
+    params = inspect.signature(Mixer).parameters
+    assert not set(PLAIN_OPTIONS) & set(params) and params["token_mixing"].default == TiedTokens()
+    assert set(PLAIN_OPTIONS) <= set(model_entry("mixer_t4_28").accepted())
+    with pytest.raises(TypeError):
+        Mixer(**SMALL, untied_tokens=True)
+
+
+# each registered ablation model and the plain overrides of mixer_t4_28 that built it before the factories
+PLAIN_SPELLINGS = {
+    "mixer_untied_t4_28": dict(untied_tokens=True),
+    "mixer_grouped_t4_28": dict(channel_groups=4),
+    "mixer_views_t4_28": dict(channel_groups=4, group_views=True),
+    "mixer_pyramid_t4_28": dict(token_schedule=(49, 49, 25, 16)),
+}
+
+
+@pytest.mark.parametrize("name", ABLATION_MODELS)
+def test_registered_ablation_is_its_plain_spelling(name):
+    """Same modules, state-dict keys, shapes and (under one seed) values as the plain overrides build."""
+    torch.manual_seed(0)
+    registered = pkmixer.create_model(name, embed_dim=16)
+    torch.manual_seed(0)
+    plain = pkmixer.create_model("mixer_t4_28", embed_dim=16, **PLAIN_SPELLINGS[name])
+    a, b = registered.state_dict(), plain.state_dict()
+    assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+    assert repr(registered) == repr(plain) and registered.token_ablations == plain.token_ablations
+    assert plain.spec.overrides == {"embed_dim": 16, **PLAIN_SPELLINGS[name]}
+
+
+@pytest.mark.parametrize("name,overrides,mixing", [
+    ("mixer_t4_28", dict(untied_tokens=True), UntiedTokens()),
+    ("mixer_t4_28", dict(channel_groups=4, untied_tokens=True), GroupedTokens(4, untied=True)),
+    ("mixer_t4_28", dict(group_views=True), GroupedTokens(1, views=True)),
+    ("mixer_views_t4_28", dict(channel_groups=2), GroupedTokens(2, views=True)),  # the entry's views are kept
+    ("mixer_views_t4_28", dict(group_views=False, channel_groups=1), TiedTokens()),
+    ("mixer_untied_t4_28", dict(untied_tokens=False), TiedTokens()),
+    ("rp_smixer_t4_28", dict(untied_tokens=True), UntiedTokens()),
+])
+def test_plain_options_update_the_entry_s_factory(name, overrides, mixing):
+    with torch.device("meta"):
+        assert pkmixer.create_model(name, **overrides).token_mixing == mixing
+
+
+@pytest.mark.parametrize("overrides,tokens,project_first", [
+    (dict(token_schedule=(49, 25, 25, 9)), (49, 25, 25, 9), False),
+    (dict(num_tokens=36, token_schedule=(36, 25, 25, 9)), (36, 25, 25, 9), True),  # num_tokens: skip in block 0
+])
+def test_plain_token_schedule_is_a_pyramid(overrides, tokens, project_first):
+    with torch.device("meta"):
+        model = pkmixer.create_model("mixer_t4_28", **overrides)
+        assert model.token_schedule == tokens and model.spec.overrides == overrides
+        assert (model.blocks[0].token.skip is not None) == (project_first or tokens[0] != 49)
+        # a token_schedule override replaces the pyramid entry's, None drops it
+        assert pkmixer.create_model("mixer_pyramid_t4_28", token_schedule=(36, 25, 25, 9)).token_schedule == \
+            (36, 25, 25, 9)
+        assert pkmixer.create_model("mixer_pyramid_t4_28", token_schedule=None).token_schedule == (49,) * 4
+
+
+def test_factory_overrides_are_recorded_plain_and_checkpoints_load(tmp_path):
+    """A factory given to create_model is recorded in model.spec (so in a checkpoint, which loads with
+    weights_only=True) in the plain spelling, and the file rebuilds the same model."""
+    from pkmixer.checkpoint import save_model
+    from pkmixer.models.restore import load_model
+
+    model = pkmixer.create_model("mixer_t4_28", embed_dim=16, token_mixing=GroupedTokens(2, views=True, untied=True),
+                                 num_tokens=Pyramid(49, 36, 36, 25))
+    assert model.spec.overrides == {"embed_dim": 16, "untied_tokens": True, "channel_groups": 2, "group_views": True,
+                                    "num_tokens": None, "token_schedule": (49, 36, 36, 25)}
+    torch.nn.init.normal_(model.head.weight, std=0.1)
+    loaded = load_model(save_model(tmp_path / "m.pt", model)).eval()
+    x = torch.randn(2, 1, 28, 28)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), model.eval()(x))
+    assert loaded.token_mixing == model.token_mixing and loaded.token_schedule == model.token_schedule
 
 
 # ---- refusals -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("build,needle", [
+    (lambda: GroupedTokens(0), "channel_groups must be a positive integer"),
+    (lambda: GroupedTokens(2, views=1), "group_views must be true or false"),
+    (lambda: GroupedTokens(2, untied="yes"), "untied_tokens must be true or false"),
+    (lambda: Pyramid(9, 16), "non-increasing positive integers"),
+    (lambda: Pyramid(), "non-increasing positive integers"),
+    (lambda: Pyramid(16, 9, project_first=1), "project_first must be true or false"),
+    (lambda: Mixer(**SMALL, token_mixing=GroupedTokens(3)), "channel_groups G=3 must divide embed_dim C=8"),
+    (lambda: Mixer(**SMALL, token_mixing="untied"), "token_mixing must be a token-mixing factory"),
+    (lambda: Mixer(**SMALL, token_mixing=GroupedTokens(2), rp_blocks="all"), "without rp_blocks"),
+    (lambda: Mixer(**{**SMALL, "depth": 3}, num_tokens=Pyramid(16, 9)), "lists 2 token counts for depth=3"),
+])
+def test_bad_factories(build, needle):
+    with pytest.raises(pkmixer.ConfigError, match=needle):
+        build()
 
 
 @pytest.mark.parametrize("options,needle", [
@@ -152,8 +257,8 @@ def test_pyramid_shapes_and_projection_skips():
     ({"channel_groups": 0}, "channel_groups must be a positive integer"),
     ({"untied_tokens": "yes"}, "untied_tokens must be true or false"),
     ({"group_views": 1}, "group_views must be true or false"),
-    ({"channel_groups": 4, "rp_blocks": "all"}, "use them without rp_blocks"),
-    ({"group_views": True, "rp_blocks": [0]}, "use them without rp_blocks"),
+    ({"channel_groups": 4, "rp_blocks": "all"}, "use it without rp_blocks"),
+    ({"group_views": True, "rp_blocks": [0]}, "use it without rp_blocks"),
     ({"token_schedule": [49, 25]}, "token_schedule must list depth=4 non-increasing positive integers"),
     ({"token_schedule": [49, 25, 36, 16]}, "token_schedule must list depth=4"),
     ({"token_schedule": [49, 25, 0, 0]}, "token_schedule must list depth=4"),
@@ -230,19 +335,6 @@ def test_analytic_macs_equal_flop_counter(name):
 # ---- training ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ABLATION_MODELS)
-def test_each_ablation_takes_a_training_step(name, tmp_path):
-    """The quick counterpart of test_each_ablation_trains: one step of the harness (one epoch of one batch)."""
-    cfg = build_config(None, {"data.name": "synthetic", "model.name": name, "model.embed_dim": 16,
-                              "data.train_subset": 32, "data.test_subset": 32, "data.batch_size": 32,
-                              "optim.name": "adamw", "optim.lr": 0.003, "schedule.epochs": 1, "run.progress": False})
-    summary = loop.train(cfg, tmp_path / "run", log=lambda _: None)
-    assert summary["status"] == "finished"
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 1 and 0 < rows[0]["train_loss"] < float("inf")
-
-
-@pytest.mark.slow  # three epochs of each ablation model
 @pytest.mark.parametrize("name", ABLATION_MODELS)
 def test_each_ablation_trains(name, tmp_path):
     """Mixer supp. A.1's options train in the harness: three epochs on the synthetic task lower the loss."""

@@ -12,11 +12,15 @@
   with frozen uniformly random J₁, J₂ drawn from ``structure_seed``; ``"all"`` for an RP Mixer, a list of
   block indices for Fig. S.4.
 
-* The token-mixing ablations of the Mixer supplementary, A.1 (modules in :mod:`pkmixer.layers.ablations`):
-  ``untied_tokens`` (C separate token MLPs), ``channel_groups=G`` (the token MLP reads G neighbouring channels
-  at once, (S·G)×(C/G)), ``group_views`` (G trainable views R^C -> R^{C/G} instead of the plain regrouping) and
-  ``token_schedule`` (a pyramid: S per block, the token mixing of a block maps S_in -> S_out and its skip
-  becomes LN(W̃ X) whenever S changes).
+* The token-mixing ablations of the Mixer supplementary, A.1, are injected rather than switched on:
+  ``token_mixing=`` takes a factory of :mod:`pkmixer.layers.token_mixing` (``TiedTokens()``, Listing 1's and
+  the default; ``UntiedTokens()``, C separate token MLPs; ``GroupedTokens(G, views=..., untied=...)``, token
+  MLPs on G neighbouring channels, (S·G)×(C/G), or on G trainable views R^C -> R^{C/G}), each carrying its
+  own options; ``num_tokens=Pyramid(S_1, ..., S_L)`` is a pyramid (S per block: the token mixing of a block
+  maps S_in -> S_out and its skip becomes LN(W̃ X) whenever S changes).
+* ``create_model`` (and so configs and checkpoints) also speaks the plain spelling of those arguments,
+  :data:`PLAIN_OPTIONS` (``untied_tokens``, ``channel_groups``, ``group_views``, ``token_schedule``):
+  :func:`from_plain_options` turns them into ``token_mixing`` / ``num_tokens``, :func:`to_plain_options` back.
 
 Hidden widths: ``mlp_ratio=γ`` (or a (γ_token, γ_channel) pair) gives D_S = γS and D_C = γC as in Hayase &
 Karakida; ``token_hidden`` / ``channel_hidden`` set D_S, D_C directly, as Table 1 of Tolstikhin et al. does.
@@ -30,17 +34,19 @@ units to draw (Mixer supp. D).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from timm.layers import DropPath, lecun_normal_
 from torch import nn
 
 from ..errors import ConfigError, check_positive, check_positive_int, check_rate
-from ..layers.ablations import BatchedFcAct, BatchedLinear, BatchedMlp, GroupedTokenMixing
+from ..layers.ablations import BatchedLinear, GroupedTokenMixing
 from ..layers.mlp import FcAct, Mlp
 from ..layers.pk import PKMixing
+from ..layers.token_mixing import TiedTokens, TokenMixingFactory, token_mixing_from_options
 from .features import check_where, select_indices
 from .info import ModelInfo
 from .timm_api import TimmModel
@@ -49,7 +55,6 @@ if TYPE_CHECKING:
     from ..theory.effective import EffectiveMLP
 
 BLOCK_KINDS = {"mlp": Mlp, "fc": FcAct}
-UNTIED_KINDS = {"mlp": BatchedMlp, "fc": BatchedFcAct}  # the same with one MLP per vector (supp. A.1)
 RP = ("random", "random")
 # φ by name. "gelu" is the exact GELU x·Φ(x) (timm, torch's default); "gelu_tanh" is the tanh approximation
 # 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))), Flax's nn.gelu and so Listing 1's (and Google's checkpoints').
@@ -147,22 +152,99 @@ def _block_shapes(mixing: PKMixing | GroupedTokenMixing) -> list[tuple[int, int,
     return [(rows[lin], lin.in_features, lin.out_features) for lin in [*mixing.input_maps(), *mixing.mlp.linears()]]
 
 
-def _parse_token_schedule(schedule: Sequence[int] | None, depth: int, grid: int, num_tokens: int | None
-                          ) -> tuple[int, ...]:
-    """S after each block's token mixing: given, else num_tokens (or S₀) throughout (supp. A.1 pyramids)."""
-    if schedule is None:
-        return (grid if num_tokens is None else num_tokens,) * depth
-    entries = list(schedule) if isinstance(schedule, Sequence) and not isinstance(schedule, str) else None
-    if (entries is None or len(entries) != depth
-            or any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in entries)
-            or any(b > a for a, b in zip(entries, entries[1:]))):
-        raise ConfigError(f"token_schedule must list depth={depth} non-increasing positive integers, the tokens "
-                          f"after each block's token mixing (the first may differ from the {grid} patches), "
-                          f"got {schedule!r}")
-    if num_tokens is not None and entries[0] != num_tokens:
-        raise ConfigError(f"token_schedule starts at {entries[0]} tokens but num_tokens is {num_tokens}: "
-                          "the first entry is the first block's S")
-    return tuple(entries)
+@dataclass(frozen=True, init=False, repr=False)
+class Pyramid:
+    """S after each block's token mixing, one positive integer per block, never increasing (supp. A.1
+    pyramids): ``Mixer(num_tokens=Pyramid(49, 49, 25, 16), depth=4)``. The first S may differ from the S₀
+    patches. A block's skip is LN(W̃ X) (App. A.2.4) where S changes, and in block 0 also when it does not if
+    ``project_first`` (what ``num_tokens=S`` always does)."""
+
+    tokens: tuple[int, ...]
+    project_first: bool = False
+
+    def __init__(self, *tokens: int, project_first: bool = False) -> None:
+        if (not tokens or any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in tokens)
+                or any(b > a for a, b in zip(tokens, tokens[1:]))):
+            raise ConfigError(f"a Pyramid lists non-increasing positive integers, the tokens after each block's "
+                              f"token mixing; got {tokens!r}")
+        if not isinstance(project_first, bool):
+            raise ConfigError(f"project_first must be true or false, got {project_first!r}")
+        object.__setattr__(self, "tokens", tuple(tokens))
+        object.__setattr__(self, "project_first", project_first)
+
+    def __repr__(self) -> str:
+        return f"Pyramid({', '.join(map(str, self.tokens))}{', project_first=True' if self.project_first else ''})"
+
+
+def _token_schedule(num_tokens: int | Pyramid | None, depth: int, grid: int) -> tuple[tuple[int, ...], bool]:
+    """(S after each block's token mixing, whether block 0's skip is LN(W̃ X) even where S = S₀)."""
+    if num_tokens is None:
+        return (grid,) * depth, False
+    if isinstance(num_tokens, Pyramid):
+        if len(num_tokens.tokens) != depth:
+            raise ConfigError(f"{num_tokens} lists {len(num_tokens.tokens)} token counts for depth={depth} blocks")
+        return num_tokens.tokens, num_tokens.project_first
+    return (check_positive_int("num_tokens", num_tokens),) * depth, True
+
+
+# ---- the plain spelling of the injected arguments (create_model, configs, checkpoints) -----------------------
+PLAIN_OPTIONS = ("untied_tokens", "channel_groups", "group_views", "token_schedule")
+_MIXING_OPTIONS = PLAIN_OPTIONS[:3]
+
+
+def from_plain_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Mixer arguments from ``create_model``'s: the plain options (:data:`PLAIN_OPTIONS`, the keywords of
+    Mixer's earlier signature, which checkpoints and configs record) update ``token_mixing`` and ``num_tokens``.
+
+    ``untied_tokens``, ``channel_groups``, ``group_views`` replace those options of the given (or default)
+    factory, so ``channel_groups=2`` on ``mixer_views_t4_28`` keeps its views. ``token_schedule=[S_1, …]``
+    becomes ``num_tokens=Pyramid(S_1, …)``; with an integer ``num_tokens`` it must start at that S and keeps
+    block 0's App. A.2.4 skip (``project_first``); ``token_schedule=None`` drops a Pyramid.
+    """
+    out = dict(kwargs)
+    plain = {k: out.pop(k) for k in PLAIN_OPTIONS if k in out}
+    if any(k in plain for k in _MIXING_OPTIONS):
+        mixing = out.get("token_mixing", TiedTokens())
+        if not isinstance(mixing, TokenMixingFactory):
+            raise ConfigError(f"token_mixing must be a token-mixing factory (pkmixer.layers.token_mixing), "
+                              f"got {mixing!r}")
+        options = {**mixing.options(), **{k: plain[k] for k in _MIXING_OPTIONS if k in plain}}
+        out["token_mixing"] = token_mixing_from_options(**options)
+    if "token_schedule" in plain:
+        schedule, num_tokens = plain["token_schedule"], out.get("num_tokens")
+        if schedule is None:
+            if isinstance(num_tokens, Pyramid):
+                out["num_tokens"] = None
+            return out
+        depth = out.get("depth", 8)
+        entries = list(schedule) if isinstance(schedule, Sequence) and not isinstance(schedule, str) else None
+        if (entries is None or len(entries) != depth
+                or any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in entries)
+                or any(b > a for a, b in zip(entries, entries[1:]))):
+            raise ConfigError(f"token_schedule must list depth={depth} non-increasing positive integers, the "
+                              f"tokens after each block's token mixing, got {schedule!r}")
+        project_first = num_tokens is not None and not isinstance(num_tokens, Pyramid)
+        if project_first and entries[0] != num_tokens:
+            raise ConfigError(f"token_schedule starts at {entries[0]} tokens but num_tokens is {num_tokens}: "
+                              "the first entry is the first block's S")
+        out["num_tokens"] = Pyramid(*entries, project_first=project_first)
+    return out
+
+
+def to_plain_options(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of :func:`from_plain_options` on ``create_model`` overrides, so that ``model.spec`` and the
+    checkpoints that record it hold plain values: a factory as its :meth:`~TokenMixingFactory.options`, a
+    Pyramid as ``token_schedule`` (and ``num_tokens``, its first S where ``project_first``, else None)."""
+    out = dict(overrides)
+    mixing = out.get("token_mixing")
+    if isinstance(mixing, TokenMixingFactory):
+        del out["token_mixing"]
+        out.update(mixing.options())
+    num_tokens = out.get("num_tokens")
+    if isinstance(num_tokens, Pyramid):
+        out["num_tokens"] = num_tokens.tokens[0] if num_tokens.project_first else None
+        out["token_schedule"] = num_tokens.tokens
+    return out
 
 
 def _ratio_pair(mlp_ratio: float | Sequence[float]) -> tuple[float, float]:
@@ -176,6 +258,11 @@ class Mixer(TimmModel, nn.Module):
     """MLP-Mixer (``block="mlp"``) or S-Mixer (``block="fc"``), normal or RP; see the module docstring."""
 
     global_pool = "avg"  # timm's name of the head's pooling: the mean over tokens
+    # the plain spelling that create_model accepts besides the arguments (and records in model.spec, so in
+    # checkpoints): the keywords of the earlier signature, translated into token_mixing / num_tokens
+    PLAIN_OPTIONS = PLAIN_OPTIONS
+    from_plain_options = staticmethod(from_plain_options)
+    to_plain_options = staticmethod(to_plain_options)
 
     @property
     def num_features(self) -> int:
@@ -191,7 +278,7 @@ class Mixer(TimmModel, nn.Module):
         num_classes: int = 1000,
         embed_dim: int = 512,  # C
         depth: int = 8,  # number of blocks (each: token mixing + channel mixing)
-        num_tokens: int | None = None,  # S; None keeps S = S0 = (img_size / patch_size)^2 and no skip layer
+        num_tokens: int | Pyramid | None = None,  # S (App. A.2.4 skip in block 0); None: S = S0; or a Pyramid
         block: str = "mlp",  # "mlp": MLP-Mixer; "fc": S-Mixer
         mlp_ratio: float | Sequence[float] | None = None,  # γ: D_S = γ_t S, D_C = γ_c C; default 4 (block="mlp")
         token_hidden: int | None = None,  # D_S, overrides mlp_ratio on the token axis
@@ -199,10 +286,7 @@ class Mixer(TimmModel, nn.Module):
         rp_blocks: str | Sequence[int] | None = None,  # "all", "none" or block indices made RP
         structure_seed: int = 0,  # seed of the frozen permutations
         token_tiles: int = 1,  # K: order tokens as K×K spatial parts, each a contiguous run (Mixer supp. C)
-        untied_tokens: bool = False,  # a separate token MLP per channel (per group with G > 1) (Mixer supp. A.1)
-        channel_groups: int = 1,  # G: token MLPs read G neighbouring channels, (S·G)×(C/G) (Mixer supp. A.1)
-        group_views: bool = False,  # G trainable views R^C -> R^{C/G} instead of the plain regrouping (supp. A.1)
-        token_schedule: Sequence[int] | None = None,  # S after each block's token mixing: a pyramid (supp. A.1)
+        token_mixing: TokenMixingFactory = TiedTokens(),  # Listing 1's, or a supp. A.1 ablation (layers.token_mixing)
         norm_eps: float = 1e-6,  # LayerNorm ε: 1e-6 as Flax/timm, 1e-5 in Hayase & Karakida (S.4)
         act: str = "gelu",  # φ: "gelu" (exact), "gelu_tanh" (Listing 1's Flax nn.gelu), "relu", "identity"
         drop_rate: float = 0.0,  # dropout before the head
@@ -228,19 +312,15 @@ class Mixer(TimmModel, nn.Module):
         check_positive_int("token_tiles", token_tiles)
         if (img_size // patch_size) % token_tiles:
             raise ConfigError(f"token_tiles {token_tiles} does not divide the {img_size // patch_size}-patch grid")
-        for name, value in [("untied_tokens", untied_tokens), ("group_views", group_views)]:
-            if not isinstance(value, bool):
-                raise ConfigError(f"{name} must be true or false, got {value!r}")
-        G = check_positive_int("channel_groups", channel_groups)
-        if embed_dim % G:
-            raise ConfigError(f"channel_groups G={G} must divide embed_dim C={embed_dim}")
+        if not isinstance(token_mixing, TokenMixingFactory):
+            raise ConfigError(f"token_mixing must be a token-mixing factory (TiedTokens(), UntiedTokens(), "
+                              f"GroupedTokens(G, views=..., untied=...)), got {token_mixing!r}")
+        token_mixing.check(embed_dim)
 
         self.img_size, self.patch_size, self.in_chans = img_size, patch_size, in_chans
         self.num_classes = num_classes
-        self.grid_tokens = (img_size // patch_size) ** 2  # S0
-        if num_tokens is not None:
-            check_positive_int("num_tokens", num_tokens)
-        self.token_schedule = _parse_token_schedule(token_schedule, depth, self.grid_tokens, num_tokens)
+        self.grid_tokens = S0 = (img_size // patch_size) ** 2
+        self.token_schedule, project_first = _token_schedule(num_tokens, depth, S0)
         self.num_tokens = self.token_schedule[0]  # S of the first block (of every block unless a pyramid)
         self.embed_dim = C = embed_dim
         self.depth = depth
@@ -248,11 +328,11 @@ class Mixer(TimmModel, nn.Module):
         self.activation = act
         self.rp_blocks = _parse_rp_blocks(rp_blocks, depth)
         self.structure_seed = structure_seed
-        self.untied_tokens, self.channel_groups, self.group_views = untied_tokens, G, group_views
-        if (G > 1 or group_views) and self.rp_blocks:
-            raise ConfigError("channel_groups and group_views regroup neighbouring channels, which the random J₁ of an "
-                              "RP block has already scattered: use them without rp_blocks")
-        S0 = self.grid_tokens
+        self.token_mixing = token_mixing
+        G = token_mixing.groups
+        if self.rp_blocks and not token_mixing.permutable:
+            raise ConfigError(f"{token_mixing} regroups neighbouring channels (channel_groups, group_views), which the "
+                              "random J₁ of an RP block has already scattered: use it without rp_blocks")
 
         if block == "fc":
             if token_hidden is not None or channel_hidden is not None:
@@ -272,7 +352,6 @@ class Mixer(TimmModel, nn.Module):
                                    if channel_hidden is not None else max(1, int(gamma_c * C)))
 
         mlp_layer, act_layer = BLOCK_KINDS[block], ACTIVATIONS[act]
-        token_layer = partial(UNTIED_KINDS[block], C // G) if untied_tokens else mlp_layer  # untied: one per C/G rows
         dpr = [drop_path_rate * i / max(1, 2 * depth - 1) for i in range(2 * depth)]  # linear ramp over the MLPs
         generator = torch.Generator().manual_seed(structure_seed)
 
@@ -283,16 +362,12 @@ class Mixer(TimmModel, nn.Module):
                                  persistent=False)
         blocks = []
         for i, (s_in, S) in enumerate(zip((S0, *self.token_schedule), self.token_schedule)):
-            rp = i in self.rp_blocks
-            token_mlp = token_layer(s_in * G, token_hiddens[i], S * G, act_layer, proj_drop_rate)
-            if G == 1 and not group_views:
-                token = PKMixing(token_mlp, "token", C, s_in, S, perms=RP if rp else None, generator=generator)
-            else:
-                token = GroupedTokenMixing(token_mlp, C, G, s_in, S, views=group_views)
+            perms = RP if i in self.rp_blocks else None
+            token = token_mixing(mlp_layer, channels=C, in_tokens=s_in, out_tokens=S, hidden=token_hiddens[i],
+                                 act_layer=act_layer, drop=proj_drop_rate, perms=perms, generator=generator)
             channel = PKMixing(mlp_layer(C, self.channel_hidden, C, act_layer, proj_drop_rate), "channel", S, C, C,
-                               perms=RP if rp else None, generator=generator)
-            skip = (TokenProjectionSkip(s_in, S, C, norm_eps) if s_in != S or (i == 0 and num_tokens is not None)
-                    else None)
+                               perms=perms, generator=generator)
+            skip = TokenProjectionSkip(s_in, S, C, norm_eps) if s_in != S or (i == 0 and project_first) else None
             blocks.append(MixerBlock(
                 MixingSublayer(nn.LayerNorm(C, eps=norm_eps), token, dpr[2 * i], skip),
                 MixingSublayer(nn.LayerNorm(C, eps=norm_eps), channel, dpr[2 * i + 1])))
@@ -318,11 +393,23 @@ class Mixer(TimmModel, nn.Module):
 
     @property
     def token_ablations(self) -> tuple[str, ...]:
-        """The options of Mixer supp. A.1 in use: empty for Listing 1's token mixing (what timm, Flax checkpoints
-        and block-diagonal resolution enlargement handle)."""
-        used = [("untied_tokens", self.untied_tokens), ("channel_groups", self.channel_groups > 1),
-                ("group_views", self.group_views), ("token_schedule", len(set(self.token_schedule)) > 1)]
-        return tuple(name for name, on in used if on)
+        """The options of Mixer supp. A.1 in use, by their plain names: empty for Listing 1's token mixing (what
+        timm, Flax checkpoints and block-diagonal resolution enlargement handle)."""
+        pyramid = ("token_schedule",) if len(set(self.token_schedule)) > 1 else ()
+        return (*self.token_mixing.ablations, *pyramid)
+
+    # the plain spelling of the token mixing (create_model's options; read-only)
+    @property
+    def untied_tokens(self) -> bool:
+        return self.token_mixing.options()["untied_tokens"]
+
+    @property
+    def channel_groups(self) -> int:
+        return self.token_mixing.options()["channel_groups"]
+
+    @property
+    def group_views(self) -> bool:
+        return self.token_mixing.options()["group_views"]
 
     # ---- forward -------------------------------------------------------------------------------------
     def forward_stem(self, x: torch.Tensor) -> torch.Tensor:
@@ -420,9 +507,9 @@ class Mixer(TimmModel, nn.Module):
         (Mixer supp. D, Fig. 1); ConfigError where the units are not images of the input's patches."""
         if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block < self.depth:
             raise ConfigError(f"block must be an index in [0, {self.depth}), got {block!r}")
-        if self.untied_tokens or self.channel_groups > 1 or self.group_views:
+        if self.token_mixing.ablations:
             raise ConfigError(f"token-mixing units of a Mixer with the supp. A.1 option(s) "
-                              f"{', '.join(self.token_ablations)} are not one S-pixel image per unit")
+                              f"{', '.join(self.token_mixing.ablations)} are not one S-pixel image per unit")
         if any(blk.token.skip is not None for blk in self.blocks[:block]):
             raise ConfigError(f"block {block} reads tokens projected by an earlier block (num_tokens or a pyramid): "
                               "they are no longer image patches")

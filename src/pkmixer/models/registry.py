@@ -37,7 +37,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from ..errors import ConfigError, unknown_name
-from .mixer import Mixer
+from ..layers.token_mixing import GroupedTokens, UntiedTokens
+from .mixer import Mixer, Pyramid
 from .shallow import ShallowMLP
 from .swmlp import SWMLP
 from .timm_api import TimmModel
@@ -69,7 +70,9 @@ class ModelEntry:
             object.__setattr__(self, "canonical", self.name)
 
     def accepted(self) -> list[str]:
-        return [p for p in inspect.signature(self.cls.__init__).parameters if p != "self"]
+        """The class's arguments, and the plain spellings it translates (``cls.PLAIN_OPTIONS``, see create_model)."""
+        params = [p for p in inspect.signature(self.cls.__init__).parameters if p != "self"]
+        return [*params, *getattr(self.cls, "PLAIN_OPTIONS", ())]
 
 
 _REGISTRY: dict[str, ModelEntry] = {}
@@ -137,7 +140,12 @@ def model_entry(name: str) -> ModelEntry:
 
 def create_model(name: str, **overrides: Any) -> nn.Module:
     """Build a registered model (a canonical name or an alias); ``overrides`` replace its defaults (e.g.
-    ``num_classes=10, rp_blocks="all"``). ``num_classes=0`` gives timm's headless model (``nn.Identity`` head)."""
+    ``num_classes=10, rp_blocks="all"``). ``num_classes=0`` gives timm's headless model (``nn.Identity`` head).
+
+    A class whose arguments take objects (the Mixer's ``token_mixing`` factories) may also accept a plain
+    spelling of them (``untied_tokens=True``, the keywords of its earlier signature): it names those keywords in
+    ``PLAIN_OPTIONS``, turns them into arguments with ``from_plain_options(kwargs)`` and back with
+    ``to_plain_options(overrides)``, which is what ``model.spec`` (and so a checkpoint) records."""
     classes = overrides.get("num_classes")
     if classes == 0 and not isinstance(classes, bool):
         model = create_model(name, **{k: v for k, v in overrides.items() if k != "num_classes"})
@@ -152,6 +160,8 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
                 if not any(k in _SUPERSEDES.get(o, ()) for o in overrides)}
     what = entry.name + (f"({', '.join(f'{k}={v!r}' for k, v in overrides.items())})" if overrides else "")
     kwargs = {**defaults, **overrides}
+    if hasattr(entry.cls, "from_plain_options"):
+        kwargs = entry.cls.from_plain_options(kwargs)
     depth = kwargs.get("depth")
     if isinstance(depth, int) and not isinstance(depth, bool) and depth > MAX_DEPTH:
         raise ConfigError(f"depth={depth} is more blocks than pkmixer builds (at most {MAX_DEPTH}; the paper's "
@@ -168,7 +178,8 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
             raise
         raise ConfigError(f"{what} cannot be built: its sizes are too large ({str(err).splitlines()[0][:120]})") \
             from None
-    model.spec = ModelSpec(entry.name, dict(overrides))
+    plain = getattr(entry.cls, "to_plain_options", dict)
+    model.spec = ModelSpec(entry.name, plain(dict(overrides)))
     if isinstance(model, TimmModel) and entry.data_set is not None:
         model.data_set = entry.data_set
     return model
@@ -351,14 +362,16 @@ _GREY = "fashion-mnist"  # the 28 px grey models are trained on Fashion-MNIST he
 register("mixer_t4_28", Mixer, "small MLP-Mixer for 28 px grey images: S=49, C=64, γ=2, 4 blocks", "pkmixer",
          data_set=_GREY, **_T4)
 _ABLATION = "Tolstikhin et al. 2021, supp. A.1"  # the token-mixing ablations, on mixer_t4_28
+# (create_model also takes their earlier plain overrides, untied_tokens=True, channel_groups=4, group_views=True,
+# token_schedule=(...), on every Mixer entry: Mixer.from_plain_options; checkpoints record those)
 register("mixer_untied_t4_28", Mixer, "mixer_t4_28 with untied token mixing: C=64 separate token MLPs", _ABLATION,
-         data_set=_GREY, **_T4, untied_tokens=True)
+         data_set=_GREY, **_T4, token_mixing=UntiedTokens())
 register("mixer_grouped_t4_28", Mixer, "mixer_t4_28 with token MLPs on G=4 grouped channels: (S·G)×(C/G) = 196×16",
-         _ABLATION, data_set=_GREY, **_T4, channel_groups=4)
+         _ABLATION, data_set=_GREY, **_T4, token_mixing=GroupedTokens(4))
 register("mixer_views_t4_28", Mixer, "mixer_t4_28 with G=4 trainable views R^64 -> R^16 mixed as 196×16", _ABLATION,
-         data_set=_GREY, **_T4, channel_groups=4, group_views=True)
+         data_set=_GREY, **_T4, token_mixing=GroupedTokens(4, views=True))
 register("mixer_pyramid_t4_28", Mixer, "mixer_t4_28 as a pyramid: S = 49, 49, 25, 16 after blocks 1-4", _ABLATION,
-         data_set=_GREY, **_T4, token_schedule=(49, 49, 25, 16))
+         data_set=_GREY, **_T4, num_tokens=Pyramid(49, 49, 25, 16))
 for _s in (64, 128):
     _tokens = None if _s == 64 else _s  # S0 = 64 at 32 px with 4 px patches; S=128 needs the skip layer
     register(f"smixer_c{_s}p4_32", Mixer, f"S-Mixer S=C={_s}, 8 blocks", f"{_HAYASE}, Figs. 5-7, App. C.4, C.6",
