@@ -336,6 +336,19 @@ def test_analytic_macs_equal_flop_counter(name):
 
 
 @pytest.mark.parametrize("name", ABLATION_MODELS)
+def test_each_ablation_takes_a_training_step(name, tmp_path):
+    """The quick counterpart of test_each_ablation_trains: one step of the harness (one epoch of one batch)."""
+    cfg = build_config(None, {"data.name": "synthetic", "model.name": name, "model.embed_dim": 16,
+                              "data.train_subset": 32, "data.test_subset": 32, "data.batch_size": 32,
+                              "optim.name": "adamw", "optim.lr": 0.003, "schedule.epochs": 1, "run.progress": False})
+    summary = loop.train(cfg, tmp_path / "run", log=lambda _: None)
+    assert summary["status"] == "finished"
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and 0 < rows[0]["train_loss"] < float("inf")
+
+
+@pytest.mark.slow  # three epochs of each ablation model
+@pytest.mark.parametrize("name", ABLATION_MODELS)
 def test_each_ablation_trains(name, tmp_path):
     """Mixer supp. A.1's options train in the harness: three epochs on the synthetic task lower the loss."""
     cfg = build_config(None, {"data.name": "synthetic", "model.name": name, "model.embed_dim": 16,
