@@ -18,6 +18,7 @@ from pkmixer.layers.pk import PKMixing
 from pkmixer.layers.sparse import SparseLinear
 from pkmixer.models import Mixer, ModelInfo, ShallowMLP, SWMLP, contract, registry
 from pkmixer.models.features import check_where, select_indices
+from pkmixer.models.mixer import Pyramid
 from pkmixer.models.registry import model_entry
 from pkmixer.theory.effective import (EffectiveLinear, EffectiveMLP, EffectiveResidual, effective_mlp, kron_identity,
                                       unvec, vec, vec_layer_norm)
@@ -41,10 +42,10 @@ def small_overrides(name: str) -> dict:
     if issubclass(entry.cls, Mixer):
         out = dict(img_size=4 * _default(entry, "patch_size"), depth=2, embed_dim=8)
         out.update({k: v for k, v in (("token_hidden", 6), ("channel_hidden", 12)) if d.get(k) is not None})
-        if d.get("num_tokens") is not None:
+        if isinstance(d.get("num_tokens"), Pyramid):
+            out["num_tokens"] = Pyramid(16, 9)  # a supp. A.1 pyramid: S = 16, then 9
+        elif d.get("num_tokens") is not None:
             out["num_tokens"] = 20  # S₀ = 16 -> S = 20: the App. A.2.4 skip layer
-        if d.get("token_schedule") is not None:
-            out["token_schedule"] = (16, 9)
         return out
     if issubclass(entry.cls, SWMLP):
         out = dict(img_size=4 * _default(entry, "patch_size"), depth=2, embed_dim=4, density=0.3)
