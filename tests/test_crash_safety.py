@@ -153,7 +153,7 @@ def _sample(points: list[str], every: int) -> list[str]:
     return points[::every] if every > 1 else points
 
 
-@pytest.mark.parametrize("every", [pytest.param(1, marks=pytest.mark.slow, id="every-point"),
+@pytest.mark.parametrize("every", [pytest.param(1, marks=[pytest.mark.slow, pytest.mark.timeout(900)], id="every-point"),
                                    pytest.param(7, id="every-7th-point")])
 def test_kill_at_every_write_point_then_resume(reference, tmp_path, every):
     outcome, points = reference
@@ -161,7 +161,7 @@ def test_kill_at_every_write_point_then_resume(reference, tmp_path, every):
         _kill_resume_compare(outcome, tmp_path / f"run{i}", fault)
 
 
-@pytest.mark.parametrize("every", [pytest.param(1, marks=pytest.mark.slow, id="every-point"),
+@pytest.mark.parametrize("every", [pytest.param(1, marks=[pytest.mark.slow, pytest.mark.timeout(900)], id="every-point"),
                                    pytest.param(4, id="every-4th-point")])
 def test_kill_during_the_resume_that_drops_rows(reference, tmp_path, every):
     """Killed after epoch 3's row and before its checkpoint, the resume must drop that row (a rewrite of
