@@ -51,3 +51,49 @@ def test_every_figure_and_table_of_the_paper_is_a_preset_or_said_not_to_be():
         in_registry = re.search(pattern, sources) is not None
         said_not = re.search(pattern, not_presets) is not None
         assert in_registry != said_not, item
+
+
+def _settings_rows() -> list[str]:
+    """The rows of docs/reproduction.md's paper-scale settings table, rebuilt from the presets' run configs."""
+    from pkmixer.experiments.preset import list_presets
+    from pkmixer.train.config import build_config
+
+    rows: list[str] = []
+    for preset in list_presets():
+        specs = []
+        for dataset in (None, "imagenet") if "imagenet" in getattr(preset, "datasets", ()) else (None,):
+            specs += preset.runs("paper", dataset)
+        for spec in specs:
+            c = build_config(spec.config)
+            d, o, s, r = c.data, c.optim, c.schedule, c.run
+            aug = [f"crop pad {d.crop_padding}"] if d.crop_padding is not None else []
+            aug += ["flip"] if d.hflip else []
+            aug += [f"AutoAugment {d.auto_augment}"] if d.auto_augment else []
+            aug += [f"RandAugment {d.rand_augment}"] if d.rand_augment else []
+            aug += ["Inception crop"] if d.random_resized_crop else []
+            aug += [f"mixup {d.mixup}/cutmix {d.cutmix}"] if d.mixup or d.cutmix else []
+            aug += [f"erasing {d.random_erasing}"] if d.random_erasing else []
+            aug += [f"smoothing {d.label_smoothing}"] if d.label_smoothing else []
+            batched = not (d.auto_augment or d.random_resized_crop or d.name == "imagenet"
+                           or (d.rand_augment and not d.rand_augment.startswith("bigvision")))
+            evaluation = d.eval_crop or (f"resize {d.resize}" if d.resize else
+                                         "timm: resize 256 bicubic, centre crop 224" if d.name == "imagenet"
+                                         else "none (native size)")
+            optim = (f"{o.name} lr {o.lr:g}" + (f", wd {o.weight_decay:g}" if o.weight_decay else "")
+                     + (", Nesterov" if o.name == "sgd" and o.nesterov else ""))
+            precision = "fp32" if r.amp == "off" and not r.tf32 else f"amp {r.amp}, tf32 {r.tf32}"
+            row = (f"| `{preset.name}` | {d.name} | {optim} | {s.epochs} | {d.batch_size} | {', '.join(aug) or 'none'} "
+                   f"| {evaluation} | {precision} | {'off' if o.ema_decay is None else o.ema_decay} | "
+                   f"{'resident' if batched else 'per-sample'} |")
+            if row not in rows:
+                rows.append(row)
+    return rows
+
+
+def test_paper_scale_settings_table_matches_the_presets():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "reproduction.md").read_text()
+    start = text.index("| preset | data | optimiser |")
+    table = [line for line in text[start:].split("\n\n")[0].splitlines()[2:]]
+    assert table == _settings_rows()
