@@ -66,3 +66,35 @@ def test_written_with_the_permissions_of_a_plain_open(tmp_path):
     for written in ("m.pt", "results.csv"):
         assert os.stat(tmp_path / written).st_mode & 0o777 == os.stat(plain).st_mode & 0o777, written
     assert (tmp_path / "results.csv").read_text() == "a,b\n"
+
+
+@pytest.mark.parametrize("name", ["smixer_t4_28", "mixer_pyramid_t4_28", "swmlp_t4_28", "mixer_b16_224"])
+def test_checkpoints_record_every_constructor_argument(tmp_path, monkeypatch, name):
+    """Editing a registry default later never changes what an old checkpoint means: the file records every
+    argument its model was built with (issue 13 item 3). A file from before they were recorded follows the
+    registry, as it always did."""
+    import inspect
+
+    from pkmixer.models.registry import _REGISTRY, model_entry
+
+    with torch.device("meta") if name == "mixer_b16_224" else torch.device("cpu"):
+        model = pkmixer.create_model(name, num_classes=7)
+    if name == "mixer_b16_224":  # the full-size check of the recorded arguments only, on the meta device
+        arguments = model.spec.arguments
+        assert arguments["embed_dim"] == 768 and arguments["token_hidden"] == 384 and arguments["num_classes"] == 7
+        return
+    path = save_model(tmp_path / "m.pt", model)
+    arguments = read_checkpoint(path)["arguments"]
+    entry = model_entry(name)
+    params = [p for p in inspect.signature(entry.cls.__init__).parameters if p != "self"]
+    assert arguments["num_classes"] == 7 and arguments["embed_dim"] == entry.defaults["embed_dim"]
+    assert set(params) - {"token_mixing"} <= set(arguments)  # every argument, in its plain spelling
+    before = {k: v.shape for k, v in model.state_dict().items()}
+    monkeypatch.setitem(_REGISTRY[entry.canonical].defaults, "embed_dim", 2 * entry.defaults["embed_dim"])
+    loaded = load_model(path)
+    assert {k: v.shape for k, v in loaded.state_dict().items()} == before and loaded.spec == model.spec
+    old = read_checkpoint(path)
+    del old["arguments"]
+    torch.save(old, tmp_path / "old.pt")
+    with pytest.raises(ConfigError, match="weights do not fit"):
+        load_model(tmp_path / "old.pt")

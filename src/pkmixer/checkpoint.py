@@ -1,8 +1,10 @@
 """The checkpoint file format: what was built (registry name and overrides) and its weights, in one file.
 
 A checkpoint is a ``torch.save`` dictionary that loads with ``weights_only=True`` (no pickled code runs):
-``{"format": "pkmixer-checkpoint", "version": 1, "model": name, "overrides": {...}, "state_dict": {...}}``
-plus any extra plain entries. It is written to a temporary file in the same folder and renamed into place, so
+``{"format": "pkmixer-checkpoint", "version": 1, "model": name, "overrides": {...}, "arguments": {...},
+"state_dict": {...}}`` plus any extra plain entries. ``arguments`` are every constructor argument the model was
+built with (``model.spec.arguments``): a file that has them is rebuilt from them, whatever the registry's
+defaults are by then; a file written before they were recorded is rebuilt from its overrides. It is written to a temporary file in the same folder and renamed into place, so
 a crash never leaves a half-written checkpoint, and an existing file is only replaced when asked. The overrides
 also record every option whose default has changed (a model class's ``CHECKPOINT_DEFAULTS``), and
 :func:`fill_checkpoint_defaults` gives a file that lacks one the value it was written with.
@@ -38,6 +40,7 @@ def save_model(path: str | os.PathLike, model: nn.Module, *, overwrite: bool = F
         raise ConfigError(f"{path} exists; refusing to overwrite it")
     overrides = {**recorded_options(model), **spec.overrides}
     payload = {"format": FORMAT, "version": VERSION, "model": spec.name, "overrides": overrides,
+               "arguments": dict(spec.arguments),
                "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}, **extra}
     write_atomically(path, lambda f: torch.save(payload, f))
     return path

@@ -29,7 +29,7 @@ import re
 import warnings
 import zipfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from ..checkpoint import FORMAT, check_version, save_model
 from ..errors import ConfigError, check_positive_int
 from .mixer import ACTIVATIONS, Mixer
 from .registry import ModelEntry, create_model, list_models, model_entry
-from .restore import checkpoint_overrides
+from .restore import rebuild_options
 
 # (timm pattern, ours) - applied to the key with the block index substituted
 _KEY_MAP = [
@@ -281,7 +281,7 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
 
 
 def _read_torch(path: Path) -> tuple[str, dict[str, torch.Tensor], tuple[str, dict[str, Any]] | None]:
-    """("pkmixer", state dict, (model name, overrides)) or ("timm", state dict, None)."""
+    """("pkmixer", state dict, (model name, overrides, arguments)) or ("timm", state dict, None)."""
     try:
         # weights only: no pickled code runs; timm's train.py also stores its argparse arguments
         with torch.serialization.safe_globals([argparse.Namespace]), warnings.catch_warnings():
@@ -291,10 +291,8 @@ def _read_torch(path: Path) -> tuple[str, dict[str, torch.Tensor], tuple[str, di
         raise ConfigError(f"{path} is not a readable torch file ({_first_line(err)})")
     if isinstance(payload, dict) and payload.get("format") == FORMAT:
         check_version(payload, path)
-        overrides = payload.get("overrides")
-        if isinstance(overrides, dict):  # a file from before a default changed keeps its meaning
-            overrides = checkpoint_overrides(payload.get("model"), overrides)
-        fmt, state, spec = "pkmixer", payload.get("state_dict"), (payload.get("model"), overrides)
+        fmt, state = "pkmixer", payload.get("state_dict")
+        spec = (payload.get("model"), payload.get("overrides"), payload.get("arguments"))
     else:  # timm: a state dict, or one wrapped by timm's training scripts
         fmt, spec = "timm", None
         state = next((payload[k] for k in ("state_dict", "model")
@@ -403,20 +401,24 @@ def import_checkpoint(src: str | os.PathLike, *, model: str | None = None, num_c
     else:
         fmt, state, spec = _read_torch(path)
     if spec is not None:
-        name, overrides = spec
+        name, recorded, arguments = spec
+        if not isinstance(name, str) or not isinstance(recorded, dict):
+            raise ConfigError(f"{path} does not name a model and its options")
         if model is not None and model_entry(model).canonical != model_entry(name).canonical:
             raise ConfigError(f"{path} is a checkpoint of {name}, not {model}")
         ours = state
-        overrides = {**overrides, **{k: v for k, v in (("img_size", img_size), ("num_classes", num_classes))
-                                     if v is not None}}
+        build, overrides = rebuild_options(name, recorded, arguments)  # every recorded argument, if any
+        changes = {k: v for k, v in (("img_size", img_size), ("num_classes", num_classes)) if v is not None}
         if act is not None:
-            overrides |= _act_override(model_entry(name), act, overrides)
+            changes |= _act_override(model_entry(name), act, {**overrides, **changes})
+        build, overrides = {**build, **changes}, {**overrides, **changes}
     else:
         ours = _listing1_to_ours(str(path), fmt, state)
         name, overrides = _infer_spec(path, ours, model, img_size, num_classes, act or FORMAT_ACT[fmt])
+        build = overrides
     dtype = _float_dtype(path, ours)
     with torch.device("meta"):  # the shapes first, without allocating or initialising weights
-        shapes = create_model(name, **overrides)
+        shapes = create_model(name, **build)
     own = {k: tuple(v.shape) for k, v in shapes.state_dict().items()}
     if fmt == "pkmixer":
         expected = own
@@ -429,7 +431,8 @@ def import_checkpoint(src: str | os.PathLike, *, model: str | None = None, num_c
     what = f"{name}({', '.join(f'{k}={v!r}' for k, v in overrides.items())})" if overrides else name
     _check_fit(path, what, {k: tuple(v.shape) for k, v in state.items()}, expected,
                _HEAD[fmt] if head_replaced else ())
-    net = create_model(name, **overrides).to(dtype)
+    net = create_model(name, **build).to(dtype)
+    net.spec = replace(net.spec, overrides=overrides)
     if head_replaced:  # the new model's zero head
         ours = {**ours, "head.weight": net.head.weight.detach(), "head.bias": net.head.bias.detach()}
     net.load_state_dict(ours)

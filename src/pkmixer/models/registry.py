@@ -48,10 +48,14 @@ TIMM_PREFIX = "pkmixer_"
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """What :func:`create_model` was asked for; kept on the model as ``model.spec`` (checkpoints use it)."""
+    """What :func:`create_model` was asked for; kept on the model as ``model.spec`` (checkpoints use it).
+    ``arguments`` are every constructor argument it resolved to (registry defaults, the class's own defaults
+    and the overrides, in their plain spelling): checkpoints record them, so that editing a registry default
+    never changes what an old checkpoint means. Two specs are equal when name and overrides are."""
 
     name: str
     overrides: dict[str, Any]
+    arguments: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -179,7 +183,9 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
         raise ConfigError(f"{what} cannot be built: its sizes are too large ({str(err).splitlines()[0][:120]})") \
             from None
     plain = getattr(entry.cls, "to_plain_options", dict)
-    model.spec = ModelSpec(entry.name, plain(dict(overrides)))
+    own = {k: p.default for k, p in inspect.signature(entry.cls.__init__).parameters.items()
+           if k != "self" and p.default is not inspect.Parameter.empty}
+    model.spec = ModelSpec(entry.name, plain(dict(overrides)), plain({**own, **defaults, **overrides}))
     if isinstance(model, TimmModel) and entry.data_set is not None:
         model.data_set = entry.data_set
     return model

@@ -1,8 +1,10 @@
-"""Models rebuilt from checkpoint files (:mod:`pkmixer.checkpoint`): the registry name and overrides a file
-records, with the options it lacks filled in as they were when it was written (``CHECKPOINT_DEFAULTS``)."""
+"""Models rebuilt from checkpoint files (:mod:`pkmixer.checkpoint`): from every constructor argument a file
+records, or - a file written before those were recorded - from its registry name and overrides, with the options
+it lacks filled in as they were when it was written (``CHECKPOINT_DEFAULTS``)."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 from torch import nn
@@ -21,6 +23,24 @@ def checkpoint_overrides(name: Any, overrides: dict[str, Any]) -> dict[str, Any]
     return fill_checkpoint_defaults(entry.cls, entry.defaults, overrides)
 
 
+def rebuild_options(name: Any, overrides: dict[str, Any], arguments: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(what to build a checkpoint's model with, what its spec records as overrides): every recorded constructor
+    argument when the file has them (so later registry defaults do not matter), else the filled-in overrides."""
+    filled = checkpoint_overrides(name, overrides)
+    if isinstance(arguments, dict) and arguments:
+        return {**arguments, **filled}, filled
+    return filled, filled
+
+
+def build_recorded(name: Any, overrides: dict[str, Any], arguments: Any = None, **changes: Any) -> nn.Module:
+    """The model a checkpoint records (:func:`rebuild_options`), with ``changes`` on top; its spec records the
+    file's overrides and the changes, as if it had been built with them."""
+    build, recorded = rebuild_options(name, overrides, arguments)
+    model = create_model(name, **{**build, **changes})
+    model.spec = replace(model.spec, overrides={**recorded, **changes})
+    return model
+
+
 def load_model(path: str | os.PathLike) -> nn.Module:
     """Rebuild the model of a checkpoint and load its weights, permutations and masks."""
     return model_from_checkpoint(read_checkpoint(path), path)
@@ -29,10 +49,9 @@ def load_model(path: str | os.PathLike) -> nn.Module:
 def model_from_checkpoint(payload: dict[str, Any], where: str | os.PathLike) -> nn.Module:
     """The model a checkpoint dictionary names, with its weights; ConfigError when they do not fit."""
     try:
-        overrides = payload["overrides"]
-        if isinstance(overrides, dict):  # a file from before a default changed keeps its meaning
-            overrides = checkpoint_overrides(payload["model"], overrides)
-        model = create_model(payload["model"], **overrides)
+        if not isinstance(payload["overrides"], dict):
+            raise TypeError(f"overrides are a {type(payload['overrides']).__name__}")
+        model = build_recorded(payload["model"], payload["overrides"], payload.get("arguments"))
     except (KeyError, TypeError) as err:
         raise ConfigError(f"{where}: the checkpoint does not name a model and its options ({err})") from None
     except ConfigError as err:

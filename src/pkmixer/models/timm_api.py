@@ -138,4 +138,5 @@ class TimmModel:
         self.num_classes = num_classes
         spec = getattr(self, "spec", None)
         if spec is not None:  # a checkpoint rebuilds the model from its spec: record the new head there
-            self.spec = replace(spec, overrides={**spec.overrides, "num_classes": num_classes})
+            self.spec = replace(spec, overrides={**spec.overrides, "num_classes": num_classes},
+                                arguments={**spec.arguments, "num_classes": num_classes})
