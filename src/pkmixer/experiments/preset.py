@@ -21,6 +21,7 @@ Seeds: a preset that draws its seeds with :meth:`Preset.seed_list` honours ``--s
 Additions to the API agreed for issue 5 (all backward compatible): ``Preset.default_dataset(scale)`` (the
 default data set may differ per scale through ``scale_datasets``, e.g. Fashion-MNIST at small scale), ``check_scale``/``check_dataset``,
 ``default_seeds``/``with_seeds``/``seed_list``/``seeded`` (``--seeds``), ``describe`` (``--list``);
+``allowed_datasets`` and :meth:`Preset.build` (issue 13: :meth:`Preset.runs` checks the data set once, then builds);
 ``run_sweep(..., threads=None, info=None)`` (torch threads per run; what sweep.json records for
 ``pkmixer report``). A scale's default data set that is absent on the machine is only replaced (by the bundled
 digits, said in a line) for Fashion-MNIST, in :func:`pkmixer.experiments.reproduce.preset_runs`.
@@ -63,16 +64,26 @@ class Preset(ABC):
     source: str = ""  # e.g. "Hayase & Karakida Fig. 5, App. C.4"
     datasets: tuple[str, ...] = ()  # data sets accepted by runs(); the first is the default
     scale_datasets: dict[str, str] = {}  # the default data set per scale, where it is not datasets[0]
+    allowed_datasets: dict[str, tuple[str, ...]] = {}  # the data sets a scale accepts, where not all of datasets
     default_seeds: dict[str, int] = {"paper": 3, "small": 2, "smoke": 1}  # seeds per scale (seed_list)
     seeds_override: int | None = None  # set by with_seeds (--seeds N)
 
-    @abstractmethod
     def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        """The sweep at ``scale`` on ``dataset`` (None: the scale's default); [] for analysis-only presets."""
+        """The sweep at ``scale`` on ``dataset`` (None: the scale's default); [] for analysis-only presets.
+
+        The data set is checked here, once, against ``datasets`` and ``allowed_datasets`` (:meth:`check_dataset`),
+        before :meth:`build` makes anything."""
+        return self.build(scale, self.check_dataset(scale, dataset))
+
+    @abstractmethod
+    def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
+        """The runs at ``scale`` on ``dataset``, already checked (None only for presets with no data set)."""
 
     @abstractmethod
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
-        """Figures, tables, numbers and the verdict from the sweep's rows (and, if needed, its run dirs)."""
+        """Figures, tables, numbers and the verdict from the sweep's rows (and, if needed, its run dirs): a
+        function of the rows, which neither trains nor reads files (fig2's CKA, which reloads the checkpoints,
+        is the one exception)."""
 
     # ---- helpers for subclasses and the CLI ----------------------------------------------------------
     def default_dataset(self, scale: str) -> str | None:
@@ -86,7 +97,8 @@ class Preset(ABC):
         return scale
 
     def check_dataset(self, scale: str, dataset: str | None) -> str | None:
-        """``dataset`` if this preset accepts it, the scale's default for None, else a ConfigError."""
+        """``dataset`` if this preset accepts it at ``scale`` (one of ``datasets`` and, where the scale has an
+        entry in ``allowed_datasets``, one of those), the scale's default for None, else a ConfigError."""
         self.check_scale(scale)
         if dataset is None:
             return self.default_dataset(scale)
@@ -94,6 +106,9 @@ class Preset(ABC):
             if not self.datasets:
                 raise ConfigError(f"preset {self.name} uses no data set; drop --dataset")
             raise unknown_name(f"data set for preset {self.name}", dataset, self.datasets)
+        allowed = self.allowed_datasets.get(scale, self.datasets)
+        if dataset not in allowed:
+            raise ConfigError(f"preset {self.name} at scale {scale} runs on {', '.join(allowed)}, not {dataset}")
         return dataset
 
     def with_seeds(self, seeds: int | None) -> Preset:

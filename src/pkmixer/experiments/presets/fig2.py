@@ -72,10 +72,9 @@ class Fig2(Preset):
     source = "Hayase & Karakida Fig. 2a-c, Sec. 3.4, App. C.1"
     datasets = ("cifar10", "fashion-mnist", "mnist", "digits", "cifar100", "stl10")
     scale_datasets = recipes.SCALE_DATASETS
+    allowed_datasets = recipes.allowed(datasets, ("cifar10",))
 
-    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        dataset = self.check_dataset(scale, dataset)
-        recipes.check_dataset(self.name, scale, dataset, ("cifar10",))
+    def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         recipe = recipes.c1(scale, dataset)
         sizes, depth, exponents, _, _ = SIZES[scale]
         grid = (recipe.image["img_size"] // recipe.image["patch_size"]) ** 2
@@ -206,11 +205,10 @@ class Fig2d(Preset):
     source = "Hayase & Karakida Fig. 2d, Sec. 3.3, App. C.1"
     datasets = ("mnist", "fashion-mnist", "digits")
     scale_datasets = {**recipes.SCALE_DATASETS, "paper": "mnist"}
+    allowed_datasets = recipes.allowed(datasets, ("mnist",))
     default_seeds = {"paper": 5, "small": 3, "smoke": 1}
 
-    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        dataset = self.check_dataset(scale, dataset)
-        recipes.check_dataset(self.name, scale, dataset, ("mnist",))
+    def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         recipe = {"paper": lambda: recipes.Recipe({"name": dataset, "batch_size": 128}, recipes.ADAMW_C1, 200,
                                                   image=dict(recipes.GREY28)),
                   "small": lambda: recipes.small(dataset), "smoke": lambda: recipes.smoke()}[scale]()

@@ -58,8 +58,7 @@ class Fig3(Preset):
     source = "Hayase & Karakida Fig. 3, Sec. 4.1, Eqs. 13-15"
     datasets = ()
 
-    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        self.check_dataset(scale, dataset)
+    def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         return []
 
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:

@@ -90,13 +90,12 @@ class Fig4(Preset):
     source = "Hayase & Karakida Fig. 4, Secs. 4.2-4.3, App. C.1-C.2"
     datasets = ("cifar10", "fashion-mnist", "mnist", "digits", "cifar100", "stl10")
     scale_datasets = recipes.SCALE_DATASETS
+    allowed_datasets = recipes.allowed(datasets, ("cifar10",))
     default_seeds = {"paper": 4, "small": 2, "smoke": 1}
     rules = {"error trend": ERROR_TREND_RULE, "widest": WIDEST_RULE, "spectrum trend": SPECTRUM_TREND_RULE,
              "edge": EDGE_RULE}  # module constants, declared before the runs are read
 
-    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        dataset = self.check_dataset(scale, dataset)
-        recipes.check_dataset(self.name, scale, dataset, ("cifar10",))
+    def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         s, recipe = SIZES[scale], recipes.c1(scale, dataset)
         specs = []
         for C, S in s.pairs():

@@ -38,11 +38,11 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from ...errors import ConfigError
 from ...theory.width import mixer_omega, swmlp_width, symmetric_pairs
 from ..preset import Analysis, Preset, register_preset
 from ..stats import Rule, aggregate, format_mean_std, overall, summary, trend_verdict
 from ..sweep import RunSpec
+from . import recipes
 from .recipes import SCALE_DATASETS, seed_structures
 
 FAMILIES = ("S-Mixer", "RP S-Mixer", "SW-MLP")
@@ -118,17 +118,14 @@ class Fig5(Preset):
     source = "Hayase & Karakida Fig. 5, Sec. 4.2, App. C.4"
     datasets = ("cifar10", "cifar100", "stl10", "fashion-mnist", "digits")
     scale_datasets = SCALE_DATASETS
+    allowed_datasets = recipes.allowed(datasets, recipes.PAPER_CIFAR)
     rules = {"trend": TREND_RULE}  # the verdict's rule (module constants), declared before the runs are read
 
     def _settings(self, scale: str, dataset: str) -> _Scale:
         kind = _IMAGE_KIND[dataset]
-        if scale == "paper" and kind != "colour" or scale == "smoke" and kind != "grey8":
-            allowed = "cifar10, cifar100, stl10" if scale == "paper" else "digits"
-            raise ConfigError(f"preset {self.name} at scale {scale} runs on {allowed}, not {dataset}")
         return {"paper": _PAPER, "smoke": _SMOKE}.get(scale) or _SMALL[kind]
 
-    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        dataset = self.check_dataset(scale, dataset)
+    def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         s = self._settings(scale, dataset)
         data = {"name": dataset, **s.data}
         if dataset == "stl10":

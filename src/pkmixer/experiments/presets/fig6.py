@@ -96,11 +96,10 @@ class Fig6(Preset):
     source = "Hayase & Karakida Fig. 6, Sec. 5.4, App. C.5, Table S.2"
     datasets = PAPER_DATASETS + ("fashion-mnist", "mnist", "digits")
     scale_datasets = recipes.SCALE_DATASETS
+    allowed_datasets = recipes.allowed(datasets, PAPER_DATASETS)
     rules = {"balance": BALANCE_RULE}  # module constants, declared before the runs are read
 
-    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        dataset = self.check_dataset(scale, dataset)
-        recipes.check_dataset(self.name, scale, dataset, PAPER_DATASETS)
+    def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         if dataset == "imagenet":
             return self._imagenet(scale)
         if scale == "paper":

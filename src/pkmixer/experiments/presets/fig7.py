@@ -62,11 +62,10 @@ class Fig7(Preset):
     source = "Hayase & Karakida Fig. 7, Sec. 5.4, App. C.6, D.4"
     datasets = recipes.PAPER_CIFAR + ("fashion-mnist", "mnist", "digits")
     scale_datasets = recipes.SCALE_DATASETS
+    allowed_datasets = recipes.allowed(datasets, recipes.PAPER_CIFAR)
     rules = {"deficit": DEFICIT_RULE, "catch up": CATCH_UP_RULE, "deep": DEEP_RULE}  # declared before the runs
 
-    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        dataset = self.check_dataset(scale, dataset)
-        recipes.check_dataset(self.name, scale, dataset, recipes.PAPER_CIFAR)
+    def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         recipe, width, depths = {
             "paper": lambda: (recipes.paper_cifar(dataset), 128, (4, 8, 12, 16, 20)),
             "small": lambda: (recipes.small(dataset), 32, (1, 2, 4, 8)),

@@ -69,10 +69,9 @@ class FigS2(Preset):
     source = "Hayase & Karakida Fig. S.2, App. D.2"
     datasets = PAPER_DATASETS + ("fashion-mnist", "mnist", "digits", "stl10")
     scale_datasets = recipes.SCALE_DATASETS
+    allowed_datasets = recipes.allowed(datasets, PAPER_DATASETS)
 
-    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        dataset = self.check_dataset(scale, dataset)
-        recipes.check_dataset(self.name, scale, dataset, PAPER_DATASETS)
+    def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         s = _sweep(scale, dataset)
         specs = []
         for omega in s.omegas:

@@ -49,10 +49,9 @@ class FigS4(Preset):
     source = "Hayase & Karakida Fig. S.4, App. D.5"
     datasets = recipes.PAPER_CIFAR + ("fashion-mnist", "mnist", "digits")
     scale_datasets = recipes.SCALE_DATASETS
+    allowed_datasets = recipes.allowed(datasets, recipes.PAPER_CIFAR)
 
-    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        dataset = self.check_dataset(scale, dataset)
-        recipes.check_dataset(self.name, scale, dataset, recipes.PAPER_CIFAR)
+    def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         recipe, width, depth = {
             "paper": lambda: (recipes.paper_cifar(dataset), 64, 4),
             "small": lambda: (recipes.small(dataset), 32, 4),

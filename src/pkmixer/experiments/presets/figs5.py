@@ -46,10 +46,9 @@ class FigS5(Preset):
     source = "Hayase & Karakida Fig. S.5, App. D.6"
     datasets = recipes.PAPER_CIFAR + ("fashion-mnist", "mnist", "digits")
     scale_datasets = recipes.SCALE_DATASETS
+    allowed_datasets = recipes.allowed(datasets, recipes.PAPER_CIFAR)
 
-    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        dataset = self.check_dataset(scale, dataset)
-        recipes.check_dataset(self.name, scale, dataset, recipes.PAPER_CIFAR)
+    def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         seeder = self
         if scale == "paper":
             sgd = {**recipes.SGD_C4, "lr": 0.1}

@@ -72,10 +72,9 @@ class _Overfitting(Preset):
     default_seeds = {"paper": 5, "small": 2, "smoke": 1}
     datasets = ("cifar10", "cifar100", "stl10", "fashion-mnist", "mnist", "digits")
     scale_datasets = recipes.SCALE_DATASETS
+    allowed_datasets = recipes.allowed(datasets, recipes.PAPER_CIFAR)
 
-    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        dataset = self.check_dataset(scale, dataset)
-        recipes.check_dataset(self.name, scale, dataset, recipes.PAPER_CIFAR)
+    def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         s = _sweep(scale, dataset, self.gamma, self.paper_data)
         specs = []
         for C, S in symmetric_pairs(s.omega, self.gamma, channels=s.channels):
@@ -193,8 +192,8 @@ class FigS7(_Overfitting):
     families = {"MLP-Mixer": {"name": "mixer_s64_32", "mlp_ratio": 4.0},
                 "RP MLP-Mixer": {"name": "rp_mixer_s64_32", "mlp_ratio": 4.0}}
 
-    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        specs = super().runs(scale, dataset)
+    def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
+        specs = super().build(scale, dataset)
         if scale != "paper":  # AutoAugment at every scale (the smoke digits too: it exercises the path)
             for spec in specs:
                 spec.config["data"]["auto_augment"] = "cifar10"

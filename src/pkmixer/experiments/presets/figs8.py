@@ -48,11 +48,10 @@ class FigS8(Preset):
     source = "Hayase & Karakida Fig. S.8, App. D.7"
     datasets = recipes.PAPER_CIFAR + ("fashion-mnist", "mnist", "digits")
     scale_datasets = recipes.SCALE_DATASETS
+    allowed_datasets = recipes.allowed(datasets, recipes.PAPER_CIFAR)
     default_seeds = {"paper": 5, "small": 3, "smoke": 1}
 
-    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        dataset = self.check_dataset(scale, dataset)
-        recipes.check_dataset(self.name, scale, dataset, recipes.PAPER_CIFAR)
+    def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         recipe, width, depth = {
             "paper": lambda: (recipes.paper_cifar(dataset, recipes.ADAMW_C1, 600, {"batch_size": 256}), 64, 8),
             "small": lambda: (recipes.small(dataset, epochs=10), 32, 4),

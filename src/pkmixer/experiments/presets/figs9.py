@@ -45,8 +45,7 @@ class FigS9(Preset):
     source = "Hayase & Karakida Fig. S.9, App. D.8"
     datasets = ()
 
-    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        self.check_dataset(scale, dataset)
+    def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         return []
 
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import ConfigError
 from ..preset import Preset
 from ..sweep import RunSpec
 
@@ -111,12 +110,11 @@ def c1(scale: str, dataset: str) -> Recipe:
     return small(dataset) if scale == "small" else smoke()
 
 
-def check_dataset(preset: str, scale: str, dataset: str, paper: Sequence[str]) -> None:
-    """Paper scale runs on the paper's data sets ``paper``, smoke scale on digits, small scale on any data set
-    with a geometry (Fashion-MNIST, MNIST, digits, CIFAR-10/100, STL-10); anything else is a ConfigError."""
-    allowed = {"paper": tuple(paper), "smoke": ("digits",), "small": tuple(GEOMETRY)}[scale]
-    if dataset not in allowed:
-        raise ConfigError(f"preset {preset} at scale {scale} runs on {', '.join(allowed)}, not {dataset}")
+def allowed(datasets: Sequence[str], paper: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """A preset's ``allowed_datasets``: paper scale runs on the paper's data sets ``paper``, smoke scale on
+    digits, small scale on any of ``datasets`` with a geometry (Fashion-MNIST, MNIST, digits, CIFAR-10/100,
+    STL-10)."""
+    return {"paper": tuple(paper), "small": tuple(d for d in datasets if d in GEOMETRY), "smoke": ("digits",)}
 
 
 def paper_seeds(preset: Preset, scale: str, count: int) -> Preset:

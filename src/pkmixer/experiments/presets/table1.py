@@ -124,11 +124,10 @@ class Table1(Preset):
     source = "Hayase & Karakida Table 1, Sec. 5.3, App. C.3, C.5"
     datasets = PAPER_DATASETS + ("fashion-mnist", "mnist", "digits", "stl10")
     scale_datasets = recipes.SCALE_DATASETS
+    allowed_datasets = recipes.allowed(datasets, PAPER_DATASETS)
     default_seeds = {"paper": 3, "small": 3, "smoke": 1}
 
-    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        dataset = self.check_dataset(scale, dataset)
-        recipes.check_dataset(self.name, scale, dataset, PAPER_DATASETS)
+    def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         if scale == "paper" and dataset == "imagenet":
             r = recipes.IMAGENET_C5
             recipe = recipes.Recipe({"name": dataset, **r["data"]}, r["optim"], r["schedule"]["epochs"],

@@ -222,8 +222,7 @@ class TableS3(Preset):
     source = "Hayase & Karakida Table S.3, App. D.9"
     datasets = ()
 
-    def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        self.check_dataset(scale, dataset)
+    def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         return []
 
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
