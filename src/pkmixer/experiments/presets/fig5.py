@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from matplotlib.figure import Figure
 
@@ -50,62 +49,49 @@ FAMILIES = ("S-Mixer", "RP S-Mixer", "SW-MLP")
 # within-seed Spearman ρ(m, test error), its 90 % paired-bootstrap interval over seeds, and the threshold 0.
 LEVEL = 0.90
 TREND_RULE = Rule("mean over seeds of Spearman ρ(width, test error)", threshold=0.0, direction="below", level=LEVEL)
-_OPTIM_PAPER = {"name": "sgd", "lr": 0.02, "momentum": 0.9, "nesterov": True, "weight_decay": 0.0}
 
 
 @dataclass(frozen=True)
-class _Scale:
+class _Size:
+    """The model sizes of one scale; the training recipe comes from :mod:`.recipes` (:func:`_recipe`)."""
+
     mixer_pairs: dict[int, list[tuple[int, int]]]  # Ω -> [(C, S)]
     sw_omega: int
     sw_densities: tuple[float, ...]
     depth: int
-    image: dict[str, Any]  # model options of the image: img_size, patch_size, in_chans
     sw_embed_dim: int
-    data: dict[str, Any]
-    optim: dict[str, Any]
-    epochs: int
-    warmup_epochs: float = 0.0
-
-
-_COLOUR = {"img_size": 32, "patch_size": 4, "in_chans": 3}  # S0 = 64 (App. C.4)
-_GREY28 = {"img_size": 28, "patch_size": 4, "in_chans": 1}  # S0 = 49
-_GREY8 = {"img_size": 8, "patch_size": 2, "in_chans": 1}  # S0 = 16
 
 
 def _mirrored(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return sorted(set(pairs) | {(s, c) for c, s in pairs})
 
 
-_PAPER = _Scale(
-    mixer_pairs={2**18: _mirrored(symmetric_pairs(2**18, channels=[16, 32, 48])),
-                 2**21: symmetric_pairs(2**21, count=3, c_min=16),
-                 2**27: symmetric_pairs(2**27, count=2, c_min=128)},
-    sw_omega=2**18, sw_densities=(0.9, 0.7, 0.5, 0.3, 0.1), depth=8, image=_COLOUR, sw_embed_dim=64,
-    data={"batch_size": 128, "crop_padding": 4, "hflip": True}, optim=_OPTIM_PAPER, epochs=200)
-_SMALL = {  # Ω = 2^15: C* = S* = 32, the widest Mixer m = 1024; SW-MLP from dense (m = 181) to m = 1024
-    "grey28": _Scale(
-        mixer_pairs={2**15: symmetric_pairs(2**15, channels=[4, 8, 16, 32])},
-        sw_omega=2**15, sw_densities=(1.0, 1 / 4, 1 / 16, 1 / 32), depth=4, image=_GREY28, sw_embed_dim=16,
-        data={"batch_size": 128, "train_subset": 8_000, "test_subset": 2_500},
-        optim={"name": "adamw", "lr": 0.003, "weight_decay": 0.05}, epochs=4, warmup_epochs=0.2),
-    "colour": _Scale(
-        mixer_pairs={2**15: symmetric_pairs(2**15, channels=[4, 8, 16, 32])},
-        sw_omega=2**15, sw_densities=(1.0, 1 / 4, 1 / 16, 1 / 32), depth=4, image=_COLOUR, sw_embed_dim=16,
-        data={"batch_size": 128, "train_subset": 10_000, "test_subset": 5_000, "crop_padding": 4, "hflip": True},
-        optim={"name": "adamw", "lr": 0.003, "weight_decay": 0.05}, epochs=6, warmup_epochs=0.2),
-    "grey8": _Scale(  # the 1438 + 359 bundled digits: Ω = 2^12 (C* = 16), more epochs of fewer images
-        mixer_pairs={2**12: symmetric_pairs(2**12, channels=[2, 4, 8, 16])},
-        sw_omega=2**12, sw_densities=(1.0, 1 / 4, 1 / 16, 1 / 32), depth=4, image=_GREY8, sw_embed_dim=4,
-        data={"batch_size": 32}, optim={"name": "adamw", "lr": 0.005, "weight_decay": 0.05}, epochs=12,
-        warmup_epochs=0.5),
+SIZES = {
+    "paper": _Size(mixer_pairs={2**18: _mirrored(symmetric_pairs(2**18, channels=[16, 32, 48])),
+                                2**21: symmetric_pairs(2**21, count=3, c_min=16),
+                                2**27: symmetric_pairs(2**27, count=2, c_min=128)},
+                   sw_omega=2**18, sw_densities=(0.9, 0.7, 0.5, 0.3, 0.1), depth=8, sw_embed_dim=64),
+    # Ω = 2^15: C* = S* = 32, the widest Mixer m = 1024; SW-MLP from dense (m = 181) to m = 1024
+    "small": _Size(mixer_pairs={2**15: symmetric_pairs(2**15, channels=[4, 8, 16, 32])},
+                   sw_omega=2**15, sw_densities=(1.0, 1 / 4, 1 / 16, 1 / 32), depth=4, sw_embed_dim=16),
+    "smoke": _Size(mixer_pairs={2**9: symmetric_pairs(2**9, channels=[4, 8])},
+                   sw_omega=2**9, sw_densities=(1.0, 1 / 4), depth=2, sw_embed_dim=4),
 }
-_SMOKE = _Scale(
-    mixer_pairs={2**9: symmetric_pairs(2**9, channels=[4, 8])},
-    sw_omega=2**9, sw_densities=(1.0, 1 / 4), depth=2, image=_GREY8, sw_embed_dim=4,
-    data={"batch_size": 50, "train_subset": 500, "test_subset": 200}, optim={"name": "adamw", "lr": 0.005},
-    epochs=1)
-_IMAGE_KIND = {"cifar10": "colour", "cifar100": "colour", "stl10": "colour", "fashion-mnist": "grey28",
-               "digits": "grey8"}
+# the 1438 + 359 bundled digits at small scale: Ω = 2^12 (C* = 16), more epochs of fewer images (recipes.small)
+SMALL_DIGITS = _Size(mixer_pairs={2**12: symmetric_pairs(2**12, channels=[2, 4, 8, 16])},
+                     sw_omega=2**12, sw_densities=(1.0, 1 / 4, 1 / 16, 1 / 32), depth=4, sw_embed_dim=4)
+
+
+def _recipe(scale: str, dataset: str) -> recipes.Recipe:
+    """App. C.4 at paper scale; at small scale recipes.small with 8 000 / 2 500 Fashion-MNIST images, or 6 epochs
+    of CIFAR/STL-10; at smoke scale 500 / 200 digits in batches of 50."""
+    if scale == "paper":
+        return recipes.paper_cifar(dataset)
+    if scale == "smoke":
+        return recipes.smoke(train_subset=500, test_subset=200, batch_size=50)
+    if recipes.GEOMETRY[dataset] == recipes.COLOUR32:
+        return recipes.small(dataset, epochs=6)
+    return recipes.small(dataset, train_subset=8_000, test_subset=2_500)
 
 
 @register_preset
@@ -121,35 +107,28 @@ class Fig5(Preset):
     allowed_datasets = recipes.allowed(datasets, recipes.PAPER_CIFAR)
     rules = {"trend": TREND_RULE}  # the verdict's rule (module constants), declared before the runs are read
 
-    def _settings(self, scale: str, dataset: str) -> _Scale:
-        kind = _IMAGE_KIND[dataset]
-        return {"paper": _PAPER, "smoke": _SMOKE}.get(scale) or _SMALL[kind]
-
     def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        s = self._settings(scale, dataset)
-        data = {"name": dataset, **s.data}
-        if dataset == "stl10":
-            data["resize"] = 32  # App. C.4: the 96 px images resized to 32 px
-        base = {"data": data, "optim": s.optim,
-                "schedule": {"epochs": s.epochs, "warmup_epochs": s.warmup_epochs}, "run": {"progress": False}}
-        mixer_model, rp_model, sw_model = (("smixer_s64_32", "rp_smixer_s64_32", "swmlp_o18_32") if s.image is _COLOUR
+        s = SMALL_DIGITS if scale == "small" and dataset == "digits" else SIZES[scale]
+        recipe = _recipe(scale, dataset)
+        mixer_model, rp_model, sw_model = (("smixer_s64_32", "rp_smixer_s64_32", "swmlp_o18_32")
+                                           if recipe.image == recipes.COLOUR32
                                            else ("smixer_t4_28", "rp_smixer_t4_28", "swmlp_t4_28"))
         specs = []
         for omega, pairs in s.mixer_pairs.items():
             for family, model in (("S-Mixer", mixer_model), ("RP S-Mixer", rp_model)):
                 tag = "smixer" if family == "S-Mixer" else "rpsmixer"
                 for C, S in pairs:
-                    options = {"name": model, **s.image, "depth": s.depth, "embed_dim": C, "num_tokens": S}
+                    options = {"name": model, "depth": s.depth, "embed_dim": C, "num_tokens": S}
                     meta = {"dataset": dataset, "model": family, "omega": omega, "omega_exact": mixer_omega(C, S),
                             "C": C, "S": S, "width": C * S, "density": None}
-                    specs += self.seeded(f"{tag}-o{omega}-c{C}-s{S}", {**base, "model": options}, meta, scale)
+                    specs += self.seeded(f"{tag}-o{omega}-c{C}-s{S}", recipe.config(options), meta, scale)
         for p in s.sw_densities:
             m = swmlp_width(s.sw_omega, p)
-            options = {"name": sw_model, **s.image, "depth": s.depth, "embed_dim": s.sw_embed_dim, "width": m,
+            options = {"name": sw_model, "depth": s.depth, "embed_dim": s.sw_embed_dim, "width": m,
                        "density": p, "block": "fc", "weight_format": "masked"}  # dense + mask: fastest at m <= 1619
             meta = {"dataset": dataset, "model": "SW-MLP", "omega": s.sw_omega, "omega_exact": p * m * m, "C": None,
                     "S": None, "width": m, "density": p}
-            specs += self.seeded(f"swmlp-o{s.sw_omega}-m{m}", {**base, "model": options}, meta, scale)
+            specs += self.seeded(f"swmlp-o{s.sw_omega}-m{m}", recipe.config(options), meta, scale)
         return seed_structures(specs)  # each seed its own permutations and masks
 
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:

@@ -97,10 +97,10 @@ def small(dataset: str, epochs: int = 4, optim: dict[str, Any] = SMALL_ADAMW, tr
     return Recipe(data, dict(optim), epochs, 0.2, image)
 
 
-def smoke(epochs: int = 1) -> Recipe:
+def smoke(epochs: int = 1, train_subset: int = 256, test_subset: int = 128, batch_size: int = 64) -> Recipe:
     """Seconds: 256 training and 128 test digits at 8 px, AdamW."""
-    return Recipe({"name": "digits", "batch_size": 64, "train_subset": 256, "test_subset": 128},
-                  {"name": "adamw", "lr": 0.005}, epochs, image=dict(GREY8))
+    return Recipe({"name": "digits", "batch_size": batch_size, "train_subset": train_subset,
+                   "test_subset": test_subset}, {"name": "adamw", "lr": 0.005}, epochs, image=dict(GREY8))
 
 
 def c1(scale: str, dataset: str) -> Recipe:
