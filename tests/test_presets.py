@@ -12,6 +12,8 @@ from pkmixer.analysis.cost import fixed_omega_comparison
 from pkmixer.analysis.visualize import sparsity_masks
 from pkmixer.errors import ConfigError
 from pkmixer.experiments import get_preset, run_sweep
+from pkmixer.experiments import sweep as sweep_module
+from pkmixer.experiments.preset import list_presets
 from pkmixer.experiments.report import write_report
 from pkmixer.experiments.presets import fig6 as fig6_module
 from pkmixer.experiments.presets.figs9 import block_fraction
@@ -47,6 +49,30 @@ def test_smoke_scale_runs_and_reports(name, tmp_path):
                          command=f"pkmixer reproduce {name} --scale smoke", rows=rows)
     for path in [paths["report"], *paths["figures"], *paths["tables"]]:
         assert (tmp_path / "report" / path.split("/")[-1]).stat().st_size > 0
+
+
+# ---- every registered preset: one style (issue 13 item 5) ------------------------------------------------------
+
+@pytest.mark.parametrize("preset", list_presets(), ids=lambda p: p.name)
+def test_every_preset_builds_its_smoke_runs_and_configs(preset):
+    """Default tier, seconds: each registered preset (a new one included) builds its smoke runs, each a valid
+    config in the one model-section form presets write (flat model options beside ``name``, as build_config's
+    docstring and --set model.depth=4 spell them); a config.yaml in the resolved ``options:`` form normalises to
+    the same config, so sweeps written either way resume. Its data-set tables agree: every scale's default is
+    one it accepts, and what a scale accepts is among ``datasets``."""
+    specs = preset.runs("smoke", None)
+    assert len({s.name for s in specs}) == len(specs)
+    for spec in specs:
+        assert "options" not in spec.config["model"], spec.name
+        cfg = build_config(spec.config)
+        assert build_config(cfg.as_dict()) == cfg, spec.name
+        assert sweep_module._normalized(cfg.as_dict()) == sweep_module._normalized(spec.config), spec.name
+    for scale in ("paper", "small", "smoke"):
+        default = preset.default_dataset(scale)
+        assert (default is None) == (not preset.datasets)
+        if default is not None:
+            assert default in preset.allowed_datasets.get(scale, preset.datasets)
+        assert set(preset.allowed_datasets.get(scale, ())) <= set(preset.datasets)
 
 
 # ---- data sets ---------------------------------------------------------------------------------------------
