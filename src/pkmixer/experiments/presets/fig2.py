@@ -209,8 +209,7 @@ class Fig2d(Preset):
     default_seeds = {"paper": 5, "small": 3, "smoke": 1}
 
     def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        recipe = {"paper": lambda: recipes.Recipe({"name": dataset, "batch_size": 128}, recipes.ADAMW_C1, 200,
-                                                  image=dict(recipes.GREY28)),
+        recipe = {"paper": lambda: recipes.paper_mnist(dataset),
                   "small": lambda: recipes.small(dataset), "smoke": lambda: recipes.smoke()}[scale]()
         recipe = recipe.replace(image={k: recipe.image[k] for k in ("img_size", "in_chans")})  # no patches
         specs = []

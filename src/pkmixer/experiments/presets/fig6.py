@@ -119,16 +119,13 @@ class Fig6(Preset):
         return recipes.seed_structures(specs)
 
     def _imagenet(self, scale: str) -> list[RunSpec]:
-        r = recipes.IMAGENET_C5
-        recipe = recipes.Recipe({"name": "imagenet", **r["data"]}, r["optim"], r["schedule"]["epochs"],
-                                r["schedule"]["warmup_epochs"], dict(r["model"]))
+        recipe = recipes.imagenet_c5()
         seeder = recipes.paper_seeds(self, scale, 3)
         specs = []
         for family, rp in (("MLP-Mixer", None), ("RP MLP-Mixer", "all")):
             for P, C, S in imagenet_pairs():
                 config = recipe.config({"name": "mixer_b16_224", "patch_size": P, "depth": 8, "embed_dim": C,
                                         "num_tokens": S, "mlp_ratio": 4.0, "rp_blocks": rp})
-                config["schedule"].update(warmup_lr=r["schedule"]["warmup_lr"], min_lr=r["schedule"]["min_lr"])
                 meta = {"dataset": "imagenet", "model": family, "omega": IMAGENET_OMEGA, "gamma": 4.0, "C": C, "S": S,
                         "width": C * S, "omega_exact": mixer_omega(C, S, 4.0), "patch": P}
                 specs += seeder.seeded(f"{TAGS[family]}-p{P}", config, meta, scale)

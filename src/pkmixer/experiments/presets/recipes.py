@@ -60,11 +60,12 @@ class Recipe:
     epochs: int
     warmup_epochs: float = 0.0
     image: dict[str, Any] = field(default_factory=dict)  # img_size, patch_size, in_chans model options
+    schedule: dict[str, Any] = field(default_factory=dict)  # schedule settings beyond the epochs, e.g. min_lr
 
     def config(self, model: dict[str, Any]) -> dict[str, Any]:
         """The nested config of one run: ``model`` (name and options) on top of this recipe's image geometry."""
         return {"model": {**self.image, **model}, "data": copy.deepcopy(self.data), "optim": dict(self.optim),
-                "schedule": {"epochs": self.epochs, "warmup_epochs": self.warmup_epochs},
+                "schedule": {"epochs": self.epochs, "warmup_epochs": self.warmup_epochs, **self.schedule},
                 "run": {"progress": False}}
 
     def replace(self, **changes: Any) -> Recipe:
@@ -79,6 +80,20 @@ def paper_cifar(dataset: str, optim: dict[str, Any] = SGD_C4, epochs: int = 200,
     if dataset == "stl10" and "resize" not in settings:
         settings["resize"] = 32
     return Recipe(settings, dict(optim), epochs, image=dict(COLOUR32))
+
+
+def paper_mnist(dataset: str, optim: dict[str, Any] = ADAMW_C1, epochs: int = 200) -> Recipe:
+    """App. C.1's MNIST setting of Fig. 2d (shallow MLPs): AdamW, mini-batch 128, 200 epochs, 28 px grey images."""
+    return Recipe({"name": dataset, "batch_size": 128}, dict(optim), epochs, image=dict(GREY28))
+
+
+def imagenet_c5(image: dict[str, Any] | None = None) -> Recipe:
+    """App. C.5's ImageNet recipe (:data:`IMAGENET_C5`); ``image`` replaces its model options (224 px, 3
+    channels, LayerNorm eps 1e-5) where the registered models carry their own."""
+    r = IMAGENET_C5
+    return Recipe({"name": "imagenet", **r["data"]}, dict(r["optim"]), r["schedule"]["epochs"],
+                  r["schedule"]["warmup_epochs"], dict(r["model"] if image is None else image),
+                  {"warmup_lr": r["schedule"]["warmup_lr"], "min_lr": r["schedule"]["min_lr"]})
 
 
 def small(dataset: str, epochs: int = 4, optim: dict[str, Any] = SMALL_ADAMW, train_subset: int = 10_000,

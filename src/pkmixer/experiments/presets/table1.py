@@ -129,9 +129,7 @@ class Table1(Preset):
 
     def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         if scale == "paper" and dataset == "imagenet":
-            r = recipes.IMAGENET_C5
-            recipe = recipes.Recipe({"name": dataset, **r["data"]}, r["optim"], r["schedule"]["epochs"],
-                                    r["schedule"]["warmup_epochs"], {"norm_eps": 1e-5})
+            recipe = recipes.imagenet_c5(image={"norm_eps": 1e-5})  # the models carry their own patches
             models = [("Mixer-B/16", {"name": "mixer_b16_224"}), ("Mixer-B-W", {"name": "mixer_bw14_224"})]
         elif scale == "paper":
             optim = {**recipes.ADAMW_C1, "lr": 0.04}
@@ -151,9 +149,6 @@ class Table1(Preset):
             options = dict(options)
             lr = options.pop("lr", None)
             config = recipe.config(options)
-            if scale == "paper" and dataset == "imagenet":
-                config["schedule"].update(warmup_lr=recipes.IMAGENET_C5["schedule"]["warmup_lr"],
-                                          min_lr=recipes.IMAGENET_C5["schedule"]["min_lr"])
             if lr is not None:
                 config["optim"]["lr"] = lr
             meta = {"dataset": dataset, "model": label, **_describe(config["model"])}
