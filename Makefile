@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 # The slow tier's budget in seconds: pytest-timeout stops the session after it (checked between tests; each test
-# is bounded by the `timeout` in pyproject.toml). It takes about 9 min on 2 quiet cores.
+# is bounded by the `timeout` in pyproject.toml). It took 7 min on 2 shared cores (docs/architecture.md).
 SLOW_BUDGET_S ?= 1500
 
 test: install  # the default tier: every test not marked slow (under 3 min on 2 quiet cores)
