@@ -517,18 +517,3 @@ def _load_average() -> float | None:
         return os.getloadavg()[0]
     except OSError:
         return None
-
-
-def available_memory_bytes(device: torch.device | str = "cpu") -> int | None:
-    """Free memory of the GPU, or MemAvailable of this Linux machine; None when unknown."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None

@@ -42,8 +42,9 @@ from pathlib import Path
 import torch
 from matplotlib.figure import Figure
 
-from ...analysis.cost import (available_memory_bytes, fixed_omega_comparison, fixed_omega_models, table_s3_counts,
+from ...analysis.cost import (fixed_omega_comparison, fixed_omega_models, table_s3_counts,
                               training_step_seconds)
+from ...models.registry import available_memory
 from ...theory.width import mixer_omega, tokens_for_channels
 from ..preset import Analysis, Preset, register_preset
 from ..sweep import RunSpec
@@ -177,7 +178,7 @@ def runtime_rows(scale: str) -> list[dict]:
     taking turns. A model whose estimated training memory exceeds half of what is free is not timed."""
     setting, repeats = RUNTIME[scale]
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    free = available_memory_bytes(device)
+    free = available_memory(device)  # free GPU memory, or MemAvailable
     reports = {r.model: r for r in fixed_omega_comparison(**SETTINGS[setting], batch_size=RUNTIME_BATCH)}
     skipped = {}
     for name, r in reports.items():
@@ -186,7 +187,7 @@ def runtime_rows(scale: str) -> list[dict]:
         activations = (r.activation_bytes_per_image if r.activation_bytes_per_image is not None
                        else 4 * 8 * r.effective_width * (1 + SETTINGS[setting]["gamma"]) * r.mixing_layers // 2)
         need = r.train_state_bytes + (r.param_bytes if masked else 0) + RUNTIME_BATCH * activations
-        if free is not None and need > free / 2:
+        if need > free / 2:
             skipped[name] = need
     forms = [f for f in ("masked", "sparse") if not any(family(n) == f"SW-MLP[{f}]" for n in skipped)]
     models = fixed_omega_models(**SETTINGS[setting], device=device, forms=forms)
