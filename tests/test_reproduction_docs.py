@@ -53,6 +53,29 @@ def test_every_figure_and_table_of_the_paper_is_a_preset_or_said_not_to_be():
         assert in_registry != said_not, item
 
 
+def _batched(cfg) -> bool:
+    """Whether data.pipeline=auto takes the resident, batched pipeline: the engine's own rule
+    (batch_augment_for for both splits), on the model's image size, channels and classes."""
+    from types import SimpleNamespace
+
+    from pkmixer.data import dataset_info
+    from pkmixer.errors import ConfigError
+    from pkmixer.models.registry import model_entry
+    from pkmixer.train.engine import batch_augment_for
+
+    entry = model_entry(cfg.model.name)
+    options = {**entry.defaults, **cfg.model.options}
+    info = dataset_info(cfg.data.name)
+    model = SimpleNamespace(img_size=options.get("img_size", 224), in_chans=options.get("in_chans", 3),
+                            num_classes=options.get("num_classes", info.num_classes))
+    try:
+        for train in (True, False):
+            batch_augment_for(cfg, model, train, info)
+    except ConfigError:
+        return False
+    return True
+
+
 def _settings_rows() -> list[str]:
     """The rows of docs/reproduction.md's paper-scale settings table, rebuilt from the presets' run configs."""
     from pkmixer.experiments.preset import list_presets
@@ -74,8 +97,7 @@ def _settings_rows() -> list[str]:
             aug += [f"mixup {d.mixup}/cutmix {d.cutmix}"] if d.mixup or d.cutmix else []
             aug += [f"erasing {d.random_erasing}"] if d.random_erasing else []
             aug += [f"smoothing {d.label_smoothing}"] if d.label_smoothing else []
-            batched = not (d.auto_augment or d.random_resized_crop or d.name == "imagenet"
-                           or (d.rand_augment and not d.rand_augment.startswith("bigvision")))
+            batched = _batched(c)
             evaluation = d.eval_crop or (f"resize {d.resize}" if d.resize else
                                          "timm: resize 256 bicubic, centre crop 224" if d.name == "imagenet"
                                          else "none (native size)")
