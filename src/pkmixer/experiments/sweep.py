@@ -47,6 +47,7 @@ from typing import Any
 
 from ..atomic import write_text_atomically
 from ..errors import ConfigError, unknown_name
+from ..train.rundir import RunDir
 
 BACKENDS = ("local", "ray")
 ROW_KEYS = ("run", "status", "final_test_error", "best_test_error", "final_test_loss", "epochs", "wall_time",
@@ -195,26 +196,15 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def run_status(run_dir: Path) -> str:
     """finished / diverged (done), partial (a checkpoint to resume from), failed, or pending."""
-    summary = _read_json(run_dir / "summary.json") or {}
+    run = RunDir(run_dir)
+    summary = _read_json(run.summary) or {}
     if summary.get("status") in DONE:
         return summary["status"]
-    if (run_dir / "error.txt").is_file():
+    if run.error.is_file():
         return "failed"
-    if (run_dir / "checkpoints" / "latest.pt").is_file():
+    if run.latest.is_file():
         return "partial"
     return "pending"
-
-
-def _metrics(run_dir: Path) -> list[dict[str, Any]]:
-    rows = []
-    path = run_dir / "metrics.jsonl"
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except ValueError:  # a line cut by a kill; the resumed run rewrites it
-                break
-    return rows
 
 
 def run_row(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
@@ -222,13 +212,14 @@ def run_row(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
 
     ``wall_time`` sums the epoch times of metrics.jsonl, so it counts every resumed piece of the run.
     """
+    run = RunDir(run_dir)
     status = run_status(run_dir)
-    metrics = [m for m in _metrics(run_dir) if "test_error" in m]
-    summary = _read_json(run_dir / "summary.json") or {}
+    metrics = [m for m in run.read_metrics() if "test_error" in m]  # a line cut by a kill is dropped
+    summary = _read_json(run.summary) or {}
     errors = [m["test_error"] for m in metrics]
     error = None
     if status == "failed":
-        error = ((run_dir / "error.txt").read_text().strip().splitlines() or ["unknown error"])[0]
+        error = (run.error.read_text().strip().splitlines() or ["unknown error"])[0]
     return {**spec.meta, "run": spec.name, "status": status,
             "final_test_error": errors[-1] if errors else None,
             "best_test_error": min(errors) if errors else None,
@@ -275,6 +266,7 @@ def execute_run(name: str, config: dict[str, Any], run_dir: str, log_path: str, 
     from ..train.loop import TrainingDiverged, train
 
     run = Path(run_dir)
+    files = RunDir(run)
     if threads:
         torch.set_num_threads(threads)
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
@@ -286,9 +278,9 @@ def execute_run(name: str, config: dict[str, Any], run_dir: str, log_path: str, 
         status = run_status(run)
         if status in DONE:
             return {"name": name, "status": status, "error": None}
-        (run / "error.txt").unlink(missing_ok=True)
+        files.error.unlink(missing_ok=True)
         try:
-            if (run / "checkpoints" / "latest.pt").is_file():
+            if files.latest.is_file():
                 log(f"--- resuming {name} from its latest checkpoint")
                 train(None, run, resume=True, log=log)
             else:  # a directory killed before its first checkpoint starts afresh (train's resume does that)
@@ -301,7 +293,7 @@ def execute_run(name: str, config: dict[str, Any], run_dir: str, log_path: str, 
             message = f"{type(err).__name__}: {err}".splitlines()[0]
             log(traceback.format_exc())
             run.mkdir(parents=True, exist_ok=True)
-            (run / "error.txt").write_text(message + "\n")
+            files.error.write_text(message + "\n")
             return {"name": name, "status": "failed", "error": message}
     return {"name": name, "status": run_status(run), "error": None}
 
@@ -480,15 +472,15 @@ def _check_existing(sweep: SweepDir, specs: Sequence[RunSpec], normalized: dict[
     from ..train.config import load_yaml
 
     for spec in specs:
-        run = sweep.run(spec.name)
-        started = (run / "summary.json").is_file() or (run / "checkpoints" / "latest.pt").is_file()
-        if not (started and (run / "config.yaml").is_file()):
+        run = RunDir(sweep.run(spec.name))
+        started = run.summary.is_file() or run.latest.is_file()
+        if not (started and run.config.is_file()):
             continue
-        theirs = _normalized(load_yaml(run / "config.yaml"))
+        theirs = _normalized(load_yaml(run.config))
         if theirs != normalized[spec.name]:
             raise ConfigError(f"run {spec.name} in {sweep.root} was made with another config "
-                              f"({_difference(normalized[spec.name], theirs)} in {run / 'config.yaml'}); "
-                              f"choose another output directory or remove {run}")
+                              f"({_difference(normalized[spec.name], theirs)} in {run.config}); "
+                              f"choose another output directory or remove {run.root}")
 
 
 def run_sweep(specs: Sequence[RunSpec], sweep_dir: Path, *, backend: str = "local", workers: int | None = None,

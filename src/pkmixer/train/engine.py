@@ -175,10 +175,21 @@ def set_precision(cfg: TrainConfig) -> None:
     torch.backends.cudnn.allow_tf32 = cfg.run.tf32
 
 
+def uses_bf16(cfg: TrainConfig, device: torch.device) -> bool:
+    """bf16 autocast when ``run.amp`` is bf16, or auto on a GPU."""
+    return cfg.run.amp == "bf16" or (cfg.run.amp == "auto" and device.type == "cuda")
+
+
+def precision(cfg: TrainConfig, device: torch.device) -> str:
+    """What the arithmetic is, as runs record it: fp32, fp32 with TF32 products, or bf16 autocast."""
+    if uses_bf16(cfg, device):
+        return "bf16 autocast"
+    return "fp32 (TF32 matmul)" if cfg.run.tf32 and device.type == "cuda" else "fp32"
+
+
 def autocast(cfg: TrainConfig, device: torch.device):
-    """bf16 autocast when ``run.amp`` is bf16 (or auto on a GPU); fp32 otherwise."""
-    use = cfg.run.amp == "bf16" or (cfg.run.amp == "auto" and device.type == "cuda")
-    return torch.autocast(device.type, dtype=torch.bfloat16) if use else nullcontext()
+    """bf16 autocast (:func:`uses_bf16`) or nothing: fp32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16) if uses_bf16(cfg, device) else nullcontext()
 
 
 def evaluate(model: nn.Module, batches: Iterable, ctx: dist_.Context, cfg: TrainConfig) -> dict[str, float]:

@@ -36,7 +36,7 @@ from ..models.convert import import_checkpoint
 from . import distributed as dist_
 from .config import TrainConfig, build_config, load_yaml, save_yaml
 from .engine import (StepEngine, TrainingDiverged, build_loader, build_model, build_splits, evaluate,
-                     model_and_data, transform_for)
+                     model_and_data, precision, transform_for)
 from .rundir import RunDir, RunLock
 
 
@@ -193,7 +193,7 @@ def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log:
     if ctx.is_main:
         log(f"{cfg.model.name} ({params / 1e6:.3g} M parameters) on {cfg.data.name}: {len(sets['train'])} training "
             f"and {len(sets['test'])} test examples, {cfg.schedule.epochs} epochs, {ctx.world} process(es) on "
-            f"{ctx.device}, {_precision(cfg, ctx)}, {engine.pipeline} data pipeline")
+            f"{ctx.device}, {precision(cfg, ctx.device)}, {engine.pipeline} data pipeline")
     started = time.time()
     metrics: dict[str, Any] = {}
     end_epoch = cfg.schedule.epochs if stop_after is None else min(cfg.schedule.epochs, start_epoch + stop_after)
@@ -231,7 +231,7 @@ def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log:
     last_row = metrics or (run.read_metrics() or [{}])[-1]
     summary = {"status": "finished" if finished else "stopped", "epochs_done": end_epoch,
                "epochs": cfg.schedule.epochs, "best_test_error": best_error,
-               "final_test_error": last_row.get("test_error"), "params": params, "precision": _precision(cfg, ctx),
+               "final_test_error": last_row.get("test_error"), "params": params, "precision": precision(cfg, ctx.device),
                "pipeline": engine.pipeline,
                "wall_time": time.time() - started, "processes": ctx.world}
     if "ema_test_error" in last_row:
@@ -241,13 +241,6 @@ def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log:
         if writer is not None:
             writer.close()
     return summary
-
-
-def _precision(cfg: TrainConfig, ctx: dist_.Context) -> str:
-    """What the arithmetic was: fp32, fp32 with TF32 products, or bf16 autocast."""
-    if cfg.run.amp == "bf16" or (cfg.run.amp == "auto" and ctx.device.type == "cuda"):
-        return "bf16 autocast"
-    return "fp32 (TF32 matmul)" if cfg.run.tf32 and ctx.device.type == "cuda" else "fp32"
 
 
 def _tensorboard(cfg: TrainConfig, run: RunDir):

@@ -18,6 +18,7 @@ order of the writes that makes this hold). Temporary files a kill left behind ar
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -50,13 +51,12 @@ class RunDir:
         """Names in the directory that no run writes (a temporary file of ours counts as a run's)."""
         return sorted(p.name for p in self.root.iterdir() if p.name not in RUN_FILES and not is_temp_file(p))
 
-    def remove_temp_files(self) -> list[Path]:
-        """Remove the temporary files a kill left (call only under the run's lock); returns them."""
+    def remove_temp_files(self) -> None:
+        """Remove the temporary files a kill left (call only under the run's lock)."""
         found = [p for folder in (self.root, self.checkpoints) if folder.is_dir()
                  for p in folder.iterdir() if is_temp_file(p) and p.is_file()]
         for p in found:
             p.unlink(missing_ok=True)
-        return found
 
     def clear_unstarted(self) -> None:
         """Empty a run that never reached its first checkpoint (under its lock), keeping the lock file.
@@ -83,8 +83,6 @@ class RunDir:
             raise ConfigError(f"{self.metrics} is damaged ({err}); it is not something a kill leaves") from None
 
     def append_metrics(self, row: dict[str, Any]) -> None:
-        import json
-
         append_line(self.metrics, json.dumps(row))
 
     def truncate_metrics(self, epochs_done: int) -> None:
@@ -92,8 +90,6 @@ class RunDir:
         kill, and the epochs are trained again). Rewritten atomically, and only when something must go."""
         if not self.metrics.exists():
             return
-        import json
-
         rows = self.read_metrics()
         keep = [r for r in rows if r.get("epoch", 0) <= epochs_done]
         text = "".join(json.dumps(r) + "\n" for r in keep)

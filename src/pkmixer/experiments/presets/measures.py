@@ -12,7 +12,6 @@
 """
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +21,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..stats import finite, gap  # noqa: F401  (gap re-exported)
+from ...train.rundir import RunDir
 from ..sweep import SweepDir
 
 COLOURS = {"S-Mixer": "tab:red", "RP S-Mixer": "tab:orange", "MLP-Mixer": "tab:red", "RP MLP-Mixer": "tab:orange",
@@ -73,12 +73,7 @@ def balance_gap(rows: Sequence[dict], value: str = "final_test_error", seed_key:
 def learning_curves(sweep_dir: Path, rows: Sequence[dict]) -> dict[str, list[dict[str, Any]]]:
     """Run name -> its per-epoch metrics (train_loss, test_loss, test_error, ...) from metrics.jsonl."""
     sweep = SweepDir(Path(sweep_dir))
-    curves = {}
-    for row in rows:
-        path = sweep.run(row["run"]) / "metrics.jsonl"
-        lines = path.read_text().splitlines() if path.is_file() else []
-        curves[row["run"]] = [json.loads(line) for line in lines if line.strip()]
-    return curves
+    return {row["run"]: RunDir(sweep.run(row["run"])).read_metrics() for row in rows}  # a cut last line dropped
 
 
 def mean_curve(curves: Sequence[Sequence[dict]], key: str) -> dict[str, np.ndarray]:
