@@ -107,7 +107,7 @@ def test_one_driver_at_a_time(tmp_path):
     tmp_path.joinpath(".lock").touch()
     with open(tmp_path / ".lock") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        with pytest.raises(ConfigError, match="another pkmixer process"):
+        with pytest.raises(ConfigError, match="another process .*is running the sweep in"):
             run_sweep([spec("a")], tmp_path, workers=1, progress=False)
 
 

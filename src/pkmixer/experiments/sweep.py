@@ -47,7 +47,7 @@ from typing import Any
 
 from ..atomic import write_text_atomically
 from ..errors import ConfigError, unknown_name
-from ..train.rundir import RunDir
+from ..train.rundir import RunDir, hold_lock
 
 BACKENDS = ("local", "ray")
 ROW_KEYS = ("run", "status", "final_test_error", "best_test_error", "final_test_loss", "epochs", "wall_time",
@@ -445,25 +445,18 @@ def _run_ray(jobs: list[tuple], workers: int | None, threads: int | None, addres
 
 
 class _Lock:
-    """One process drives a sweep directory at a time (an advisory lock, released when the process dies)."""
+    """One process drives a sweep directory at a time (:func:`~pkmixer.train.rundir.hold_lock` on ``.lock``)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.file = None
+        self.fd: int | None = None
 
     def __enter__(self) -> _Lock:
-        import fcntl
-
-        self.file = open(self.path, "w")
-        try:
-            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self.file.close()
-            raise ConfigError(f"another pkmixer process is running the sweep in {self.path.parent}") from None
+        self.fd = hold_lock(self.path, f"running the sweep in {self.path.parent}")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.file.close()
+        os.close(self.fd)
 
 
 def _check_existing(sweep: SweepDir, specs: Sequence[RunSpec], normalized: dict[str, dict]) -> None:

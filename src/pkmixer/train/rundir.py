@@ -97,6 +97,25 @@ class RunDir:
             write_text_atomically(self.metrics, text)
 
 
+def hold_lock(path: Path, what: str) -> int:
+    """An exclusive ``flock`` on ``path`` (made if missing; its content becomes this pid), released by the kernel
+    when the process dies however it dies: the open descriptor. ConfigError at once when another process holds
+    it: "another process (pid N) is <what>"."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.fstat(fd).st_ino != os.stat(path).st_ino:  # removed by a holder that gave up
+            raise OSError
+    except OSError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise ConfigError(f"another process{f' (pid {holder})' if holder else ''} is {what}; wait for it to end") \
+            from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 class RunLock:
     """The lock of the one process that trains a run directory (``flock`` on ``.lock``, released by the
     kernel when the process dies, however it dies). A second process is refused at once."""
@@ -108,19 +127,7 @@ class RunLock:
 
     def __enter__(self) -> RunLock:
         self.made_file = not self.run.lock.exists()
-        fd = os.open(self.run.lock, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if os.fstat(fd).st_ino != os.stat(self.run.lock).st_ino:  # removed by a holder that gave up
-                raise OSError
-        except OSError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            os.close(fd)
-            raise ConfigError(f"another process{f' (pid {holder})' if holder else ''} is training {self.run.root}; "
-                              "wait for it to end") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self.fd = fd
+        self.fd = hold_lock(self.run.lock, f"training {self.run.root}")
         return self
 
     def __exit__(self, kind: type | None, *exc: object) -> None:
