@@ -51,6 +51,7 @@ def test_weights_that_do_not_fit(tmp_path):
     path = save_model(tmp_path / "m.pt", model)
     payload = read_checkpoint(path)
     payload["overrides"] = {"depth": 1, "embed_dim": 32}
+    payload["arguments"]["embed_dim"] = 32  # the architecture the file names, against its 64-channel weights
     torch.save(payload, tmp_path / "bad.pt")
     with pytest.raises(ConfigError, match="do not fit"):
         load_model(tmp_path / "bad.pt")

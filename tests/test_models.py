@@ -240,15 +240,17 @@ def test_swmlp_has_no_head_norm_but_old_checkpoints_keep_theirs(tmp_path):
     with pytest.raises(pkmixer.ConfigError, match="head_norm"):
         pkmixer.create_model("swmlp_t4_28", head_norm=1)
     x = torch.randn(2, 1, 28, 28)
-    # a new checkpoint states head_norm=False; it loads as the model it was, spec unchanged
+    # a new checkpoint records head_norm=False among its arguments; it loads as the model it was, spec unchanged
     path = save_model(tmp_path / "new.pt", new)
-    assert torch.load(path, weights_only=True)["overrides"] == {"depth": 2, "head_norm": False}
+    written = torch.load(path, weights_only=True)
+    assert written["overrides"] == {"depth": 2} and written["arguments"]["head_norm"] is False
     assert load_model(path).spec == new.spec and not load_model(path).head_norm
     # an old-style checkpoint: a model with the final norm, saved without the key
     torch.nn.init.normal_(with_norm.head.weight)
     torch.nn.init.normal_(with_norm.norm.weight)
     old = torch.load(save_model(tmp_path / "tmp.pt", with_norm), weights_only=True)
     assert old["overrides"].pop("head_norm") is True
+    del old["arguments"]  # a file from before the option existed recorded neither
     torch.save(old, tmp_path / "old.pt")
     assert read_checkpoint(tmp_path / "old.pt")["overrides"] == {"depth": 2}  # the file as written
     assert checkpoint_overrides("swmlp_t4_28", {"depth": 2}) == {"depth": 2, "head_norm": True}

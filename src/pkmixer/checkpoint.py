@@ -2,12 +2,12 @@
 
 A checkpoint is a ``torch.save`` dictionary that loads with ``weights_only=True`` (no pickled code runs):
 ``{"format": "pkmixer-checkpoint", "version": 1, "model": name, "overrides": {...}, "arguments": {...},
-"state_dict": {...}}`` plus any extra plain entries. ``arguments`` are every constructor argument the model was
-built with (``model.spec.arguments``): a file that has them is rebuilt from them, whatever the registry's
-defaults are by then; a file written before they were recorded is rebuilt from its overrides. It is written to a temporary file in the same folder and renamed into place, so
-a crash never leaves a half-written checkpoint, and an existing file is only replaced when asked. The overrides
-also record every option whose default has changed (a model class's ``CHECKPOINT_DEFAULTS``), and
-:func:`fill_checkpoint_defaults` gives a file that lacks one the value it was written with.
+"state_dict": {...}}`` plus any extra plain entries. It is written to a temporary file in the same folder and
+renamed into place, so a crash never leaves a half-written checkpoint, and an existing file is only replaced
+when asked. ``arguments`` are every constructor argument the model was built with (``model.spec.arguments``): a
+file that has them is rebuilt from them, whatever the registry's defaults are by then. A file written before
+they were recorded is rebuilt from its overrides, with the options whose default has changed since (a model
+class's ``CHECKPOINT_DEFAULTS``) given the values they had then (:func:`fill_checkpoint_defaults`).
 
 This module knows the file, not the model zoo: it sits below :mod:`pkmixer.models` and :mod:`pkmixer.train`.
 Rebuilding the model a file names is :func:`pkmixer.models.restore.load_model` (and ``model_from_checkpoint``),
@@ -38,18 +38,11 @@ def save_model(path: str | os.PathLike, model: nn.Module, *, overwrite: bool = F
     path = Path(path)
     if path.exists() and not overwrite:
         raise ConfigError(f"{path} exists; refusing to overwrite it")
-    overrides = {**recorded_options(model), **spec.overrides}
-    payload = {"format": FORMAT, "version": VERSION, "model": spec.name, "overrides": overrides,
+    payload = {"format": FORMAT, "version": VERSION, "model": spec.name, "overrides": dict(spec.overrides),
                "arguments": dict(spec.arguments),
                "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}, **extra}
     write_atomically(path, lambda f: torch.save(payload, f))
     return path
-
-
-def recorded_options(model: nn.Module) -> dict[str, Any]:
-    """The options whose default has changed (the model class's ``CHECKPOINT_DEFAULTS``) with ``model``'s values:
-    every checkpoint records them, so that a later default never changes what the file means."""
-    return {key: getattr(model, key) for key in getattr(type(model), "CHECKPOINT_DEFAULTS", {})}
 
 
 def fill_checkpoint_defaults(cls: type, registered: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

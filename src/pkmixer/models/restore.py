@@ -26,9 +26,9 @@ def checkpoint_overrides(name: Any, overrides: dict[str, Any]) -> dict[str, Any]
 def rebuild_options(name: Any, overrides: dict[str, Any], arguments: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(what to build a checkpoint's model with, what its spec records as overrides): every recorded constructor
     argument when the file has them (so later registry defaults do not matter), else the filled-in overrides."""
-    filled = checkpoint_overrides(name, overrides)
     if isinstance(arguments, dict) and arguments:
-        return {**arguments, **filled}, filled
+        return dict(arguments), dict(overrides)
+    filled = checkpoint_overrides(name, overrides)  # a file from before arguments were recorded
     return filled, filled
 
 
