@@ -21,12 +21,16 @@ def check_effective_size(name: str, overrides: dict[str, Any]) -> Any:
     effective MLP has more non-zeros than explicit matrices can hold (:data:`MAX_EFFECTIVE_NNZ`)."""
     with torch.device("meta"):
         info = create_model(name, **overrides).info()
+    check_effective_nnz(info, name, "; shrink it, e.g. --set depth=2 --set embed_dim=32 --set img_size=32")
+    return info
+
+
+def check_effective_nnz(info, what: str, hint: str = "; use a smaller model") -> None:
+    """Refuse a model whose effective MLP has more non-zeros than explicit matrices can hold."""
     total = info.connections * info.mixing_layers
     if total > MAX_EFFECTIVE_NNZ:
-        raise ConfigError(f"{name} has about {total:.2g} effective connections, too many for explicit matrices "
-                          f"(limit {MAX_EFFECTIVE_NNZ:.0e}); shrink it, e.g. --set depth=2 --set embed_dim=32 "
-                          "--set img_size=32")
-    return info
+        raise ConfigError(f"{what} has about {total:.2g} effective connections, too many for explicit matrices "
+                          f"(limit {MAX_EFFECTIVE_NNZ:.0e}){hint}")
 
 
 def effective_check(name: str, overrides: dict[str, Any], batch: int = 4, seed: int = 0) -> dict[str, Any]:

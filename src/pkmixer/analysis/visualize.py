@@ -37,9 +37,9 @@ from ..figures import figure_path, save_figure
 from ..layers.sparse import sample_bernoulli_mask
 from ..models import contract
 from ..theory.effective import effective_mlp, kron_identity, permutation_matrix, spmm
+from .effective import check_effective_nnz
 
 MAX_PATTERN_SIDE = 4096  # larger matrices do not read as pictures
-MAX_EFFECTIVE_NNZ = 50_000_000  # explicit effective matrices beyond this are too slow to build
 
 
 # ---- ordering and matching (pure) ----------------------------------------------------------------------------
@@ -134,10 +134,7 @@ def effective_pattern(model: nn.Module, layer: int | str = 0) -> tuple[str, np.n
     contract.require(model, "the sparsity picture of a model")
     if any(p.is_meta for p in model.parameters()):
         raise ConfigError("the model is on the meta device: it has no weights to draw")
-    info = model.info()
-    if info.connections * info.mixing_layers > MAX_EFFECTIVE_NNZ:
-        raise ConfigError(f"the effective MLP has about {info.connections * info.mixing_layers:.2g} non-zeros, "
-                          f"too many for explicit matrices (limit {MAX_EFFECTIVE_NNZ:.0e}); use a smaller model")
+    check_effective_nnz(model.info(), "the model")
     layers = effective_mlp(model).layers()
     names = [lin.name for lin in layers]
     if isinstance(layer, str):

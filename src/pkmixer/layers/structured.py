@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ..errors import check_positive_int
+from .pk import transpose_index
 
 
 class KroneckerLinear(nn.Module):
@@ -67,7 +68,7 @@ class MonarchLinear(nn.Module):
         L = torch.block_diag(*self.L.detach())
         n = self.n1 * self.n2
         # (J_c v)[i·n1 + j] = v[j·n2 + i]: J_c is the identity with its rows gathered by this index
-        Jc = torch.eye(n, dtype=R.dtype, device=R.device)[torch.arange(n).view(self.n1, self.n2).t().reshape(-1)]
+        Jc = torch.eye(n, dtype=R.dtype, device=R.device)[transpose_index(self.n1, self.n2)]
         return Jc.t() @ L @ Jc @ R
 
     def matmul_cost(self) -> tuple[str, int, int, int]:

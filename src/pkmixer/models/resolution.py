@@ -35,9 +35,9 @@ def _check_enlargeable(model: nn.Module, factor: int) -> Mixer:
 
 
 def enlarged_options(model: Mixer, factor: int) -> dict:
-    """The create_model options of the enlarged model (every argument the model was built with, or its spec's
-    overrides, plus the new sizes)."""
-    options = {**(model.spec.arguments or model.spec.overrides), "img_size": model.img_size * factor,
+    """The create_model options of the enlarged model (every argument the model was built with, plus the new
+    sizes)."""
+    options = {**model.spec.arguments, "img_size": model.img_size * factor,
                "token_tiles": model.token_tiles * factor}
     if model.token_hidden is not None:  # explicit widths win over any mlp_ratio
         options["token_hidden"] = model.token_hidden * factor ** 2

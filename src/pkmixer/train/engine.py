@@ -78,7 +78,7 @@ def _model_from_init(name: str, path: str, options: dict[str, Any]) -> nn.Module
         factor = size // source.img_size
         base, state = enlarged_options(source, factor), enlarged_state_dict(source, factor)
     else:
-        base, state = dict(source.spec.arguments or source.spec.overrides), source.state_dict()
+        base, state = dict(source.spec.arguments), source.state_dict()
     model = create_model(name, **{**base, **options})
     own = model.state_dict()
     head = [k for k in state if k.startswith("head.") and k in own and state[k].shape != own[k].shape]
