@@ -10,8 +10,10 @@ named in ``STRING_KINDS``), a flag must be listed in ``FLAGS`` with the reason i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
+import io
 import os
 import signal
 import types
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pkmixer.cli import build_parser
+from pkmixer.cli import build_parser, main
 from pkmixer.train.config import SECTIONS
 
 from conftest import run_main
@@ -135,7 +137,7 @@ VALID: dict[str, dict[str, typing.Any]] = {
     "throughput": {"models": "smixer_t4_28", "batch_size": "1", "warmup": "1", "repeats": "1", "device": "cpu"},
     "eval": {"target": "ok.pt", "set": ["data.name=digits"]},
     "reproduce": {"name": "fig5", "scale": "smoke"},
-    "report": {"dir": "adir"},
+    "report": {"dir": "rep"},
 }
 
 
@@ -226,8 +228,6 @@ def _cases() -> list:
                 values = dict(VALID[verb])
                 if action.dest == "model" and verb == "visualize":
                     values["kind"] = "token-units"
-                if action.dest == "address":
-                    pass  # the local backend: an address is meaningless
                 values[action.dest] = [bad] if isinstance(values.get(action.dest), list) else bad
                 cases.append(pytest.param(verb, values, id=f"{verb}-{action.dest}-{bad}"))
     return cases
@@ -272,12 +272,15 @@ def files(tmp_path_factory):
     (root / "afile").write_text("a plain file\n")
     for name in ("adir", "taken.png", "taken.pt"):
         (root / name).mkdir()
-    return {p.name: p.read_bytes() if p.is_file() else None for p in root.iterdir()}
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["reproduce", "fig3", "--scale", "smoke", "--out", str(root / "rep")]) == 0  # report's input
+    return {p.relative_to(root).as_posix(): p.read_bytes() if p.is_file() else None
+            for p in sorted(root.rglob("*"))}
 
 
 @pytest.fixture
 def workdir(files, tmp_path, monkeypatch):
-    for name, data in files.items():
+    for name, data in files.items():  # sorted: a folder before what it holds
         (tmp_path / name).mkdir() if data is None else (tmp_path / name).write_bytes(data)
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -320,8 +323,10 @@ def test_bad_input(capsys, workdir, verb, values):
 
 
 def test_the_valid_commands_are_valid(capsys, workdir):
-    """The cheap ones among the base commands succeed, so that a refusal above is the bad value's doing."""
-    for verb in ("models", "effective", "width", "cost"):
+    """The base commands succeed (all but train, finetune and reproduce, which would train), so that a refusal
+    above is the bad value's doing."""
+    for verb in ("models", "effective", "width", "cost", "spectrum", "cka", "visualize", "implicit-l1", "convert",
+                 "throughput", "eval", "report"):
         code, _, err = run_main(capsys, *_argv(verb, _subparsers()[verb], VALID[verb]))
         assert code == 0, (verb, err)
 
