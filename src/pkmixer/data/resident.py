@@ -68,10 +68,10 @@ def load_resident(name: str, split: str, *, device: str | torch.device = "cpu",
                           "device as one tensor - use the per-sample DataLoader pipeline for it")
     ds = build_dataset(name, split, data_dir=data_dir, download=download, val_fraction=val_fraction,
                        subset=subset, seed=seed, **synthetic_options)
-    return to_resident(ds, split, device)
+    return to_resident(ds, device)
 
 
-def to_resident(ds, split: str, device: str | torch.device = "cpu") -> ResidentSplit:
+def to_resident(ds, device: str | torch.device = "cpu") -> ResidentSplit:
     """A split already built by :func:`pkmixer.data.build_dataset`, as tensors on ``device``."""
     if natural_images(ds.info):
         raise ConfigError(f"{ds.info.title} is a folder of image files of varying sizes; it cannot be held on "
@@ -87,7 +87,7 @@ def to_resident(ds, split: str, device: str | torch.device = "cpu") -> ResidentS
         images = torch.from_numpy(array)
         images = images[:, None] if images.ndim == 3 else images.permute(0, 3, 1, 2)
     labels = torch.as_tensor(ds.targets, dtype=torch.int64)
-    return ResidentSplit(images.contiguous().to(device), labels.to(device), ds.info, split, ds.classes)
+    return ResidentSplit(images.contiguous().to(device), labels.to(device), ds.info, ds.split, ds.classes)
 
 
 def epoch_order(n: int, *, seed: int, epoch: int, shuffle: bool = True) -> torch.Tensor:

@@ -249,7 +249,7 @@ class ResidentFeed:
 
     def __init__(self, cfg: TrainConfig, ctx: dist_.Context, dataset, model: nn.Module, train: bool) -> None:
         self.augment = batch_augment_for(cfg, model, train, dataset.info)
-        self.data = to_resident(dataset, "train" if train else "test", ctx.device)
+        self.data = to_resident(dataset, ctx.device)
         size = cfg.data.batch_size if train else cfg.data.eval_batch_size
         self.batches = ResidentBatches(self.data, size, seed=cfg.run.seed, shuffle=train, drop_last=train,
                                        rank=ctx.rank, world=ctx.world)
