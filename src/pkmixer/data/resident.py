@@ -91,10 +91,33 @@ def to_resident(ds, device: str | torch.device = "cpu") -> ResidentSplit:
 
 
 def epoch_order(n: int, *, seed: int, epoch: int, shuffle: bool = True) -> torch.Tensor:
-    """The order of the n examples in ``epoch``: GlobalBatchSampler's permutation (CPU, int64)."""
+    """The order of the n examples in ``epoch``: one permutation drawn from (seed, epoch) (CPU, int64), the order
+    of :class:`ResidentBatches` and of :class:`pkmixer.train.distributed.GlobalBatchSampler`."""
     if not shuffle:
         return torch.arange(n)
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+
+
+def batch_count(n: int, batch_size: int, drop_last: bool) -> int:
+    """Global batches of an epoch of n examples (an incomplete last one kept unless ``drop_last``)."""
+    full, rest = divmod(n, batch_size)
+    return full + (0 if drop_last or rest == 0 else 1)
+
+
+def batch_parts(n: int, batch_size: int, *, rank: int, world: int,
+                drop_last: bool) -> Iterator[tuple[int, int, int, slice]]:
+    """(step, start, stop, part) of each global batch ``order[start:stop]`` of an epoch, ``part`` the slice of it
+    that process ``rank`` of ``world`` takes: the r-th of ``world`` equal slices, and of an incomplete last batch
+    (evaluation) every ``world``-th example from ``rank`` on - a process may get none, and then stops."""
+    per_rank = batch_size // world
+    for step, start in enumerate(range(0, n, batch_size)):
+        stop = min(start + batch_size, n)
+        if stop - start < batch_size:
+            if drop_last or rank >= stop - start:
+                return
+            yield step, start, stop, slice(rank, None, world)
+            return
+        yield step, start, stop, slice(rank * per_rank, (rank + 1) * per_rank)
 
 
 @dataclass(frozen=True)
@@ -130,23 +153,13 @@ class ResidentBatches:
         self.epoch = epoch
 
     def __len__(self) -> int:
-        full, rest = divmod(len(self.data), self.batch_size)
-        return full + (0 if self.drop_last or rest == 0 else 1)
+        return batch_count(len(self.data), self.batch_size, self.drop_last)
 
     def __iter__(self) -> Iterator[Batch]:
-        n, size = len(self.data), self.batch_size
+        n = len(self.data)
         order = epoch_order(n, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle).to(self.data.device)
-        per_rank = size // self.world
-        for step, start in enumerate(range(0, n, size)):
-            stop = min(start + size, n)
-            if stop - start < size:
-                if self.drop_last:
-                    return
-                part = slice(self.rank, None, self.world)  # as the sampler: a process may get none
-                if len(range(stop - start)[part]) == 0:
-                    return
-            else:
-                part = slice(self.rank * per_rank, (self.rank + 1) * per_rank)
+        for step, start, stop, part in batch_parts(n, self.batch_size, rank=self.rank, world=self.world,
+                                                   drop_last=self.drop_last):
             index = order[start:stop][part]
             yield Batch(step, self.data.images.index_select(0, index), self.data.labels.index_select(0, index),
                         index, part, stop - start)

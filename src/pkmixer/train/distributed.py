@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ..data.resident import batch_count, batch_parts, epoch_order
 from ..errors import ConfigError
 
 
@@ -84,23 +85,10 @@ class GlobalBatchSampler(torch.utils.data.Sampler[list[int]]):
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[list[int]]:
-        if self.shuffle:
-            order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 100_003 + self.epoch))
-        else:
-            order = torch.arange(self.n)
-        per_rank = self.batch_size // self.ctx.world
-        for start in range(0, self.n, self.batch_size):
-            batch = order[start:start + self.batch_size]
-            if len(batch) < self.batch_size:
-                if self.drop_last:
-                    return
-                # evaluation: split the remainder as evenly as possible; a process may get none
-                mine = batch[self.ctx.rank::self.ctx.world].tolist()
-                if mine:
-                    yield mine
-                return
-            yield batch[self.ctx.rank * per_rank:(self.ctx.rank + 1) * per_rank].tolist()
+        order = epoch_order(self.n, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle)
+        for _, start, stop, part in batch_parts(self.n, self.batch_size, rank=self.ctx.rank, world=self.ctx.world,
+                                                drop_last=self.drop_last):
+            yield order[start:stop][part].tolist()
 
     def __len__(self) -> int:
-        full, rest = divmod(self.n, self.batch_size)
-        return full + (0 if self.drop_last or rest == 0 else 1)
+        return batch_count(self.n, self.batch_size, self.drop_last)
