@@ -14,7 +14,7 @@ from scipy.stats import spearmanr
 from pkmixer.experiments import stats
 from pkmixer.experiments.stats import (CONTRADICTED, SUPPORTED, UNDECIDED, Rule, Verdict, bootstrap_interval,
                                        decide, difference_verdict, overall, per_seed_difference, per_seed_trend,
-                                       rank_correlation, seeds_needed, student_t_quantile, trend_verdict)
+                                       rank_correlation, seeds_needed, trend_verdict)
 
 EXPERIMENTS, LEVEL = 400, 0.90
 LOW, HIGH = LEVEL - 3 * math.sqrt(LEVEL * (1 - LEVEL) / EXPERIMENTS), LEVEL + 3 * math.sqrt(LEVEL * (1 - LEVEL) /
@@ -190,12 +190,6 @@ def test_per_seed_statistics_pair_by_seed():
     rows = [{"seed": 0, "width": m, "final_test_error": e} for m, e in ((1, 3.0), (2, 2.0), (4, 1.0))]
     assert per_seed_trend(rows, "width") == {0: -1.0}
     assert per_seed_trend(rows, "width", kind="slope", log_x=True) == {0: pytest.approx(-1.0)}
-
-
-def test_student_t_quantiles():
-    for p, df, value in ((0.95, 1, 6.313752), (0.95, 2, 2.919986), (0.95, 4, 2.131847), (0.975, 9, 2.262157),
-                         (0.05, 3, -2.353363)):
-        assert student_t_quantile(p, df) == pytest.approx(value, abs=1e-5)
 
 
 def test_report_and_measures_use_this_module():

@@ -4,7 +4,7 @@ Every number a preset reports about its runs comes from here:
 
 * summaries - :func:`mean_std`, :func:`aggregate` (one row per point: mean, std, n over seeds),
   :func:`format_mean_std`, :func:`gap` (two summaries' difference and pooled std);
-* rank correlation - :func:`average_ranks`, :func:`rank_correlation` (Spearman's ρ, ties averaged);
+* rank correlation - :func:`rank_correlation` (Spearman's ρ, ties averaged: SciPy's);
 * per-seed statistics - :func:`per_seed_trend` (within one seed's runs: Spearman ρ or the least-squares slope of
   a value against an ordered factor), :func:`per_seed_difference` (arm A − arm B for the seeds both arms have);
 * intervals - :func:`bootstrap_interval`: the paired bootstrap over seeds. A seed is the resampling unit: each
@@ -32,13 +32,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 SUPPORTED, CONTRADICTED, UNDECIDED = "supported", "contradicted", "undecided"
-DECISIONS = (SUPPORTED, CONTRADICTED, UNDECIDED)
 DIRECTIONS = ("below", "above")  # the claim holds when the statistic lies below / above the threshold
 DEFAULT_LEVEL = 0.90
 DEFAULT_RESAMPLES = 4000
@@ -96,23 +94,15 @@ def gap(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 # ---- rank correlation ------------------------------------------------------------------------------------
 
 
-def average_ranks(values: Any, axis: int = -1) -> np.ndarray:
-    """Ranks 1..k along ``axis``, tied values sharing their average rank (as scipy.stats.rankdata's default)."""
-    a = np.moveaxis(np.asarray(values, dtype=np.float64), axis, -1)
-    below = (a[..., None, :] < a[..., :, None]).sum(-1)
-    equal = (a[..., None, :] == a[..., :, None]).sum(-1)
-    return np.moveaxis(below + (equal + 1) / 2, -1, axis)
-
-
 def rank_correlation(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Spearman's ρ of the pairs (Pearson's correlation of their average ranks); None with fewer than 3 distinct
-    x or a constant y (nothing to rank)."""
+    """Spearman's ρ of the pairs (``scipy.stats.spearmanr``: ties share their average rank); None with fewer than
+    3 distinct x or a constant y (nothing to rank)."""
+    from scipy.stats import spearmanr
+
     pairs = [(float(a), float(b)) for a, b in zip(x, y) if finite(a) and finite(b)]
     if len({a for a, _ in pairs}) < 3 or len({b for _, b in pairs}) < 2:
         return None
-    rx, ry = average_ranks([a for a, _ in pairs]), average_ranks([b for _, b in pairs])
-    rx, ry = rx - rx.mean(), ry - ry.mean()
-    rho = float((rx * ry).sum() / math.sqrt((rx * rx).sum() * (ry * ry).sum()))
+    rho = float(spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic)
     return max(-1.0, min(1.0, rho)) if math.isfinite(rho) else None
 
 
@@ -170,46 +160,15 @@ def per_seed_difference(rows_a: Sequence[dict], rows_b: Sequence[dict], value: s
 # ---- the paired bootstrap over seeds ---------------------------------------------------------------------
 
 
-def _normal_cdf(x: float) -> float:
-    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
-
-
-@lru_cache(maxsize=256)
-def student_t_quantile(p: float, df: int) -> float:
-    """The p-quantile of Student's t with ``df`` degrees of freedom (numerical integration of its density and
-    bisection; closed forms for df = 1, 2)."""
-    if not 0 < p < 1 or df < 1:
-        raise ValueError(f"need 0 < p < 1 and df >= 1, got p={p}, df={df}")
-    if p < 0.5:
-        return -student_t_quantile(1 - p, df)
-    if df == 1:
-        return math.tan(math.pi * (p - 0.5))
-    if df == 2:
-        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
-    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-
-    def cdf(t: float) -> float:  # Simpson's rule on [0, t]
-        grid = np.linspace(0.0, t, 4001)
-        pdf = np.exp(log_c - (df + 1) / 2 * np.log1p(grid * grid / df))
-        h = t / 4000
-        return 0.5 + h / 3 * (pdf[0] + pdf[-1] + 4 * pdf[1:-1:2].sum() + 2 * pdf[2:-1:2].sum())
-
-    lo, hi = 0.0, 1.0
-    while cdf(hi) < p:
-        hi *= 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
-    return (lo + hi) / 2
-
-
 def tail_probability(n: int, level: float, expand: bool = True) -> float:
     """The lower percentile (as a probability) of the bootstrap interval: (1 − level)/2, or with ``expand`` the
     expanded percentile Φ(−√(n/(n−1))·t_{n−1, (1+level)/2})."""
     alpha = (1 - level) / 2
     if not expand or n < 2:
         return alpha
-    return _normal_cdf(-math.sqrt(n / (n - 1)) * student_t_quantile(1 - alpha, n - 1))
+    from scipy.stats import norm, t
+
+    return float(norm.cdf(-math.sqrt(n / (n - 1)) * t.ppf(1 - alpha, n - 1)))
 
 
 def seeds_needed(level: float) -> int:
