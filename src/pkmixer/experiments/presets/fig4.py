@@ -92,8 +92,6 @@ class Fig4(Preset):
     scale_datasets = recipes.SCALE_DATASETS
     allowed_datasets = recipes.allowed(datasets, ("cifar10",))
     default_seeds = {"paper": 4, "small": 2, "smoke": 1}
-    rules = {"error trend": ERROR_TREND_RULE, "widest": WIDEST_RULE, "spectrum trend": SPECTRUM_TREND_RULE,
-             "edge": EDGE_RULE}  # module constants, declared before the runs are read
 
     def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         s, recipe = SIZES[scale], recipes.c1(scale, dataset)

@@ -105,7 +105,6 @@ class Fig5(Preset):
     datasets = ("cifar10", "cifar100", "stl10", "fashion-mnist", "digits")
     scale_datasets = SCALE_DATASETS
     allowed_datasets = recipes.allowed(datasets, recipes.PAPER_CIFAR)
-    rules = {"trend": TREND_RULE}  # the verdict's rule (module constants), declared before the runs are read
 
     def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         s = SMALL_DIGITS if scale == "small" and dataset == "digits" else SIZES[scale]

@@ -97,7 +97,6 @@ class Fig6(Preset):
     datasets = PAPER_DATASETS + ("fashion-mnist", "mnist", "digits")
     scale_datasets = recipes.SCALE_DATASETS
     allowed_datasets = recipes.allowed(datasets, PAPER_DATASETS)
-    rules = {"balance": BALANCE_RULE}  # module constants, declared before the runs are read
 
     def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         if dataset == "imagenet":

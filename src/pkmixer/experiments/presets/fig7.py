@@ -63,7 +63,6 @@ class Fig7(Preset):
     datasets = recipes.PAPER_CIFAR + ("fashion-mnist", "mnist", "digits")
     scale_datasets = recipes.SCALE_DATASETS
     allowed_datasets = recipes.allowed(datasets, recipes.PAPER_CIFAR)
-    rules = {"deficit": DEFICIT_RULE, "catch up": CATCH_UP_RULE, "deep": DEEP_RULE}  # declared before the runs
 
     def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         recipe, width, depths = {
