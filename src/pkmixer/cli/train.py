@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, check_input_file
 from ..overrides import parse_overrides
-from .common import MAX_BATCH, bounded, checkpoint_path, data_dir_arg, fresh_output, print_table
+from .common import MAX_BATCH, bounded, checkpoint_path, fresh_output, print_table
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -24,8 +24,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.resume:
         if args.run_dir is None:
             raise ConfigError("--resume needs --run-dir DIR")
-        if not Path(args.run_dir).is_dir():
-            raise ConfigError(f"no run directory at {args.run_dir} to resume")
         cfg = None if args.config is None and not overrides else \
             build_config(None if args.config is None else load_yaml(args.config), overrides)
     else:
@@ -75,7 +73,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from ..train.config import build_config
     from ..train.preflight import model_options
 
-    data_dir_arg(args.data_dir)
     target = Path(args.target)
     if not target.exists():
         raise ConfigError(f"no run directory or checkpoint file at {target}")
@@ -85,7 +82,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if overrides:
         cfg = build_config(None, overrides)  # every value checked against its domain
         model_options(cfg)  # a head with fewer classes than the data set's is refused
-        if cfg.data.data_dir is not None and not Path(cfg.data.data_dir).is_dir():
+        if cfg.data.data_dir is not None and not Path(cfg.data.data_dir).is_dir():  # --data-dir or --set
             raise ConfigError(f"data.data_dir {cfg.data.data_dir} is not a folder")
     if target.is_file():
         result = evaluate_checkpoint(target, overrides)
