@@ -291,14 +291,6 @@ def apply_lut(x: torch.Tensor, lut: torch.Tensor) -> torch.Tensor:
     return torch.gather(lut, 2, x.reshape(n, c, h * w).long()).reshape(x.shape)
 
 
-def autocontrast(x: torch.Tensor) -> torch.Tensor:
-    return apply_lut(x, autocontrast_lut(x))
-
-
-def equalize(x: torch.Tensor) -> torch.Tensor:
-    return apply_lut(x, equalize_lut(x))
-
-
 def sharpen_degenerate(x: torch.Tensor) -> torch.Tensor:
     """The SMOOTH-filtered interior (float32 sums in randaugment.sharpness's order, truncated), border kept."""
     h, w = x.shape[-2:]
@@ -342,7 +334,7 @@ class RandAugmentTable:
 
     def __init__(self, policy: str, img_size: int, fill: int = ra.FILL) -> None:
         self.reference = ra.RandAugment.from_policy(policy, img_size, fill=fill)
-        self.layers, self.fill, self.size = self.reference.num_layers, float(fill), img_size
+        self.layers, self.fill = self.reference.num_layers, float(fill)
         args = self.reference.arguments
         identity = (1.0, 0.0, 0.0, 0.0, 1.0, 0.0)
         matrices = np.tile(np.asarray(identity, np.float32), (len(ra.OPS), 2, 1))
@@ -427,6 +419,21 @@ def rand_augment(x: torch.Tensor, ops: torch.Tensor, negate: torch.Tensor, cente
 def random_erase(x: torch.Tensor, draw: ErasingDraw) -> torch.Tensor:
     """timm's RandomErasing(mode="pixel", count 1) per image from ``draw``."""
     n, _, h, w = x.shape
+    applied, top, left, eh, ew = _erasing_box(draw, h, w)
+    rows = torch.arange(h, device=x.device, dtype=torch.float64)[None, :, None]
+    cols = torch.arange(w, device=x.device, dtype=torch.float64)[None, None, :]
+    box = (rows >= top[:, None, None]) & (rows < (top + eh)[:, None, None]) & \
+          (cols >= left[:, None, None]) & (cols < (left + ew)[:, None, None])
+    return torch.where((applied[:, None, None] & box)[:, None], draw.noise.to(x.dtype), x)
+
+
+def erasing_boxes(draw: ErasingDraw, size: tuple[int, int]) -> torch.Tensor:
+    """(n, 5) int64: applied, top, left, height, width of each image's erased box (for tests and inspection)."""
+    return torch.stack(_erasing_box(draw, *size), 1).long()
+
+
+def _erasing_box(draw: ErasingDraw, h: int, w: int) -> tuple[torch.Tensor, ...]:
+    """(applied, top, left, height, width) per image: the first of timm's 10 attempts whose box fits."""
     target = draw.area * (h * w)
     aspect = torch.exp(draw.log_aspect)
     eh = torch.round(torch.sqrt(target * aspect))  # (n, 10); Python's round: half to even, as torch.round
@@ -434,27 +441,8 @@ def random_erase(x: torch.Tensor, draw: ErasingDraw) -> torch.Tensor:
     fits = (ew < w) & (eh < h)
     first = fits.long().argmax(1, keepdim=True)  # the first attempt that fits (0 when none does)
     eh, ew = eh.gather(1, first)[:, 0], ew.gather(1, first)[:, 0]
-    top = torch.floor(draw.top * (h - eh + 1))
-    left = torch.floor(draw.left * (w - ew + 1))
-    rows = torch.arange(h, device=x.device, dtype=torch.float64)[None, :, None]
-    cols = torch.arange(w, device=x.device, dtype=torch.float64)[None, None, :]
-    box = (rows >= top[:, None, None]) & (rows < (top + eh)[:, None, None]) & \
-          (cols >= left[:, None, None]) & (cols < (left + ew)[:, None, None])
-    on = (draw.apply & fits.any(1))[:, None, None] & box
-    return torch.where(on[:, None], draw.noise.to(x.dtype), x)
-
-
-def erasing_boxes(draw: ErasingDraw, size: tuple[int, int]) -> torch.Tensor:
-    """(n, 5) int64: applied, top, left, height, width of each image's erased box (for tests and inspection)."""
-    h, w = size
-    target = draw.area * (h * w)
-    aspect = torch.exp(draw.log_aspect)
-    eh, ew = torch.round(torch.sqrt(target * aspect)), torch.round(torch.sqrt(target / aspect))
-    fits = (ew < w) & (eh < h)
-    first = fits.long().argmax(1, keepdim=True)
-    eh, ew = eh.gather(1, first)[:, 0], ew.gather(1, first)[:, 0]
     top, left = torch.floor(draw.top * (h - eh + 1)), torch.floor(draw.left * (w - ew + 1))
-    return torch.stack([draw.apply & fits.any(1), top, left, eh, ew], 1).long()
+    return draw.apply & fits.any(1), top, left, eh, ew
 
 
 def cutmix_box(draw: MixDraw, size: tuple[int, int]) -> tuple[tuple[int, int, int, int], float]:
@@ -501,7 +489,7 @@ class BatchAugment:
                  hflip: bool, rand_augment: str | None, random_erasing: float, resize: int | None,
                  eval_crop: str | None, crop_pct: float, interpolation: str, normalize: bool, mixup_alpha: float,
                  cutmix_alpha: float, switch_prob: float, label_smoothing: float, num_classes: int) -> None:
-        self.info, self.train, self.img_size, self.in_chans = info, train, img_size, in_chans
+        self.train, self.img_size, self.in_chans = train, img_size, in_chans
         self.interpolation, self.normalize = interpolation, normalize
         self.mean, self.std = _channel_stats(info, in_chans)
         if train:

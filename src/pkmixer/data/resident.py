@@ -53,9 +53,6 @@ class ResidentSplit:
     def device(self) -> torch.device:
         return self.images.device
 
-    def to(self, device: str | torch.device) -> ResidentSplit:
-        return ResidentSplit(self.images.to(device), self.labels.to(device), self.info, self.split, self.classes)
-
 
 def load_resident(name: str, split: str, *, device: str | torch.device = "cpu",
                   data_dir: str | os.PathLike | None = None, download: bool = False, val_fraction: float = 0.0,
