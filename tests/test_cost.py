@@ -7,8 +7,8 @@ from torch import nn
 
 import pkmixer
 from pkmixer.analysis.cost import (cost_table, fixed_omega_comparison, fixed_omega_models, layer_costs, measured_macs,
-                                   model_cost, saved_tensor_bytes, swmlp_expected_cost, table_s3_counts,
-                                   training_step_seconds)
+                                   model_cost, saved_tensor_bytes, swmlp_expected_cost, table_s3_counts)
+from pkmixer.analysis.throughput import training_step_seconds
 from pkmixer.errors import ConfigError
 
 

@@ -34,9 +34,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import os
-import statistics
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -433,87 +430,3 @@ def table_s3_counts(S: int, C: int, depth: int, gamma: float, *, swmlp_depth: in
 
 
 # ---- training-step time -----------------------------------------------------------------------------------------
-
-
-def device_label(device: torch.device | str) -> str:
-    """The GPU's name, or the CPU's model with the torch threads in use."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    from .throughput import cpu_model  # throughput imports this module
-
-    threads = torch.get_num_threads()
-    return f"{cpu_model()}, {threads} thread{'s' if threads > 1 else ''}"
-
-
-def training_step_seconds(models: dict[str, nn.Module], *, batch_size: int = 128, repeats: int = 5,
-                          warmup: int = 1, threads: int | None = 1, lr: float = 1e-3) -> dict:
-    """Seconds per AdamW training step (zero_grad, forward, cross-entropy, backward, step) of each model on
-    ``batch_size`` random images in float32, on the device of its parameters - App. D.9's runtime setting.
-
-    The models take turns (one step each per repeat, after ``warmup`` untimed steps each), so that a change of
-    load on a shared machine hits all of them alike; the GPU is synchronised around each step. ``threads``
-    pins torch's CPU threads for the measurement (None: as they are). Returns the device label, the threads,
-    the 1-minute load average before and after, every step time and the median per model."""
-    check_positive_int("batch_size", batch_size)
-    check_positive_int("repeats", repeats)
-    if not isinstance(warmup, int) or warmup < 0:
-        raise ConfigError(f"warmup must be a non-negative integer, got {warmup!r}")
-    if not models:
-        raise ConfigError("no models to time")
-    previous = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(check_positive_int("threads", threads))
-    try:
-        steps = {}
-        for name, model in models.items():
-            _check_model(model)
-            weight = next(model.parameters())
-            generator = torch.Generator().manual_seed(0)
-            x = torch.randn(batch_size, model.in_chans, model.img_size, model.img_size, generator=generator)
-            y = torch.randint(0, model.num_classes, (batch_size,), generator=generator)
-            steps[name] = _step_function(model.train(), x.to(weight.device), y.to(weight.device), lr)
-        device = next(next(iter(models.values())).parameters()).device
-        label = device_label(device)
-        load_before = _load_average()
-        for step in steps.values():
-            for _ in range(warmup):
-                step()
-        times: dict[str, list[float]] = {name: [] for name in models}
-        for _ in range(repeats):
-            for name, step in steps.items():
-                times[name].append(step())
-        return {"device": label, "threads": torch.get_num_threads() if device.type == "cpu" else None,
-                "batch_size": batch_size, "repeats": repeats, "load_before": load_before,
-                "load_after": _load_average(), "times": times,
-                "median": {name: statistics.median(t) for name, t in times.items()}}
-    finally:
-        torch.set_num_threads(previous)
-
-
-def _step_function(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float):
-    params = [p for p in model.parameters() if p.requires_grad]
-    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
-    optimizer = torch.optim.AdamW(params, lr=lr, fused=fused or None)  # the fused kernel, as pkmixer train uses
-    loss_fn = nn.CrossEntropyLoss()
-    cuda = x.device.type == "cuda"
-
-    def step() -> float:
-        if cuda:
-            torch.cuda.synchronize(x.device)
-        start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        loss_fn(model(x), y).backward()
-        optimizer.step()
-        if cuda:
-            torch.cuda.synchronize(x.device)
-        return time.perf_counter() - start
-
-    return step
-
-
-def _load_average() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return None
