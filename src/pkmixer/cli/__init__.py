@@ -17,7 +17,8 @@ import torch
 
 from ..errors import ConfigError
 from . import experiments, models, train
-from .common import MAX_SEED, MAX_THREADS
+from ..train.config import MAX_SEED
+from .common import MAX_THREADS
 
 # torch threads of a command (`--threads N`, else PKMIXER_THREADS, else default_threads())
 THREADS_ENV = "PKMIXER_THREADS"

@@ -9,12 +9,12 @@ import torch
 
 from ..errors import ConfigError, check_output_path
 from ..models.registry import create_model
+from ..train.config import MAX_INT
 
 
 MAX_BATCH = 4096  # inputs of `effective`, images of `throughput`
 MAX_CKA_EXAMPLES = 1 << 20  # inputs of `cka`
-MAX_SEED = 2**32 - 1  # NumPy's seeds
-MAX_COUNT = 2**31 - 1  # sizes, counts and batches that are only counted, never allocated
+MAX_COUNT = MAX_INT  # sizes, counts and batches that are only counted, never allocated
 MAX_SPECTRUM_WIDTH = 2**20  # `spectrum --widths`: (Ω/γ)^(2/3) at Ω = 2**30
 MAX_THREADS = 1024  # --threads, $PKMIXER_THREADS; reproduce's --workers, --threads, --seeds
 

@@ -116,7 +116,7 @@ def _plain(value: Any) -> Any:
 
 
 MAX_INT = 2**31 - 1  # no count, size or seed of a run goes beyond this
-MAX_SEED = 2**32 - 1  # NumPy's seeds
+MAX_SEED = MAX_INT  # seeds lie in [0, MAX_SEED] (within NumPy's 2**32 - 1)
 MAX_EPOCHS = 1_000_000
 MAX_WORKERS = 256  # DataLoader worker processes
 
