@@ -192,14 +192,6 @@ def test_per_seed_statistics_pair_by_seed():
     assert per_seed_trend(rows, "width", kind="slope", log_x=True) == {0: pytest.approx(-1.0)}
 
 
-def test_report_and_measures_use_this_module():
-    from pkmixer.experiments import report
-    from pkmixer.experiments.presets import measures
-
-    assert report.rank_correlation is stats.rank_correlation and report.aggregate is stats.aggregate
-    assert report.mean_std is stats.mean_std and measures.gap is stats.gap
-
-
 def test_the_report_prints_estimate_interval_and_decision(tmp_path):
     import json
 

@@ -12,8 +12,7 @@ A report is never replaced silently: when one exists and was made from the same 
 (rerunning a finished ``pkmixer reproduce`` changes nothing); made from other rows, it is replaced only with
 ``overwrite=True`` (``--overwrite``), and then as a whole (written beside it, then renamed into place).
 
-The statistics over seeds live in :mod:`pkmixer.experiments.stats`; ``mean_std``, ``aggregate``,
-``format_mean_std`` and ``rank_correlation`` are importable from here too, as before.
+The statistics over seeds live in :mod:`pkmixer.experiments.stats`.
 """
 from __future__ import annotations
 
@@ -31,7 +30,7 @@ from ..atomic import current_umask, write_text_atomically
 from ..errors import ConfigError
 from ..figures import save_figure
 from .preset import Analysis, Preset
-from .stats import aggregate, format_mean_std, mean_std, rank_correlation  # noqa: F401  (re-exported)
+from .stats import format_mean_std
 from .sweep import rows_to_csv
 
 REPORT_DIR = "report"

@@ -51,10 +51,10 @@ from ...data import build_dataset, build_transform, dataset_info
 from ...models.restore import load_model
 from ...train.config import build_config, load_yaml
 from ..preset import Analysis, Preset, register_preset
-from ..report import aggregate, format_mean_std, mean_std
+from ..stats import aggregate, format_mean_std, gap, mean_std
 from ..sweep import RunSpec, SweepDir
 from . import recipes
-from .measures import finished, gap
+from .measures import finished
 
 GAMMA = 2.0
 # scale -> (Mixer sizes S = C, Mixer blocks, SW-MLP density exponents n of p = 2^-n, CKA batches, batch size)

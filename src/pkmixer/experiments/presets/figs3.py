@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ...theory.width import fixed_width_table
 from ..preset import Analysis, Preset, register_preset
-from ..report import aggregate, format_mean_std, rank_correlation
+from ..stats import aggregate, format_mean_std, rank_correlation
 from ..sweep import RunSpec
 from . import recipes
 from .measures import balance_minimum, error_plot, finished

@@ -28,10 +28,10 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from ..preset import Analysis, Preset, register_preset
-from ..report import aggregate, format_mean_std
+from ..stats import aggregate, format_mean_std, gap
 from ..sweep import RunSpec
 from . import recipes
-from .measures import finished, gap
+from .measures import finished
 
 
 def _variants(depth: int) -> list[tuple[str, str | list[int] | None, int | None]]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..preset import Analysis, Preset, register_preset
-from ..report import aggregate, format_mean_std
+from ..stats import aggregate, format_mean_std
 from ..sweep import RunSpec
 from . import recipes
 from .measures import error_plot, finished

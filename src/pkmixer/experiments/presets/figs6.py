@@ -36,7 +36,7 @@ from matplotlib.figure import Figure
 
 from ...theory.width import symmetric_pairs
 from ..preset import Analysis, Preset, register_preset
-from ..report import mean_std
+from ..stats import mean_std
 from ..sweep import RunSpec
 from . import recipes
 from .measures import COLOURS, finished, learning_curves, mean_curve, overfitting

@@ -31,7 +31,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..preset import Analysis, Preset, register_preset
-from ..report import mean_std
+from ..stats import mean_std
 from ..sweep import RunSpec
 from . import recipes
 from .measures import COLOURS, finished, learning_curves, mean_curve

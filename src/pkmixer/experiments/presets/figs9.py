@@ -23,7 +23,7 @@ import numpy as np
 
 from ...analysis.visualize import sparsity_masks
 from ..preset import Analysis, Preset, register_preset
-from ..report import mean_std
+from ..stats import mean_std
 from ..sweep import RunSpec
 
 SIZES = {"paper": (8, 10), "small": (8, 10), "smoke": (4, 3)}  # S = C, draws

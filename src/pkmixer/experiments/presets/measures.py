@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..stats import finite, gap  # noqa: F401  (gap re-exported)
+from ..stats import finite
 from ...train.rundir import RunDir
 from ..sweep import SweepDir
 
@@ -92,7 +92,7 @@ def error_plot(points: Sequence[dict], x: str, series: str, title: str, xlabel: 
                vlines: Sequence[tuple[float, str]] = (), order: Sequence[str] | None = None) -> Figure:
     """Mean test error (%) ± std over seeds against ``x``: one line per value of ``series``, coloured by family.
 
-    ``points`` are :func:`pkmixer.experiments.report.aggregate` rows; ``vlines`` are (x, label) dashed lines
+    ``points`` are :func:`pkmixer.experiments.stats.aggregate` rows; ``vlines`` are (x, label) dashed lines
     (e.g. C = S).
     """
     fig = Figure(figsize=(6.0, 4.2))

@@ -41,10 +41,10 @@ import torch
 from ...models.registry import create_model, model_entry
 from ...theory.width import mixer_omega, tokens_for_channels
 from ..preset import Analysis, Preset, register_preset
-from ..report import aggregate, format_mean_std
+from ..stats import aggregate, format_mean_std, gap
 from ..sweep import RunSpec
 from . import recipes
-from .measures import finished, gap
+from .measures import finished
 
 PAPER_DATASETS = ("cifar10", "cifar100", "imagenet")
 GAMMA = 4.0
