@@ -82,8 +82,8 @@ class Preset(ABC):
     @abstractmethod
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
         """Figures, tables, numbers and the verdict from the sweep's rows (and, if needed, its run dirs): a
-        function of the rows, which neither trains nor reads files (fig2's CKA, which reloads the checkpoints,
-        is the one exception)."""
+        function of the rows, which neither trains nor reads files - except, for now, fig2 (it reloads the
+        checkpoints for CKA), figs6-8 (learning curves from metrics.jsonl) and tables3 (it times training steps)."""
 
     # ---- helpers for subclasses and the CLI ----------------------------------------------------------
     def default_dataset(self, scale: str) -> str | None:

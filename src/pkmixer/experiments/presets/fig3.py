@@ -32,15 +32,10 @@ POINTS = {"paper": 401, "small": 401, "smoke": 41}  # values of C on the plotted
 TOLERANCE = 1e-9  # relative, for the exact checks of the verdict
 
 
-def largest_channels(omega: float, gamma: float = 1.0) -> float:
-    """The C at which S = 1: γ(C + C²)/2 = Ω, the right end of the curve (the left end is C = 1, S = C_max)."""
-    return (math.sqrt(1 + 8 * omega / gamma) - 1) / 2
-
-
 def width_curve(omega: float, gamma: float, points: int) -> list[dict]:
     """Rows C, S, m = S·C and p = Ω/(γm²) at ``points`` values of C geometrically spaced from 1 to the C at which
     S = 1, with C* among them (the exact, unrounded S of Eq. 14)."""
-    c_max = largest_channels(omega, gamma)
+    c_max = width_bounds(omega, gamma)[0]  # the C at which S = 1 (there m = C: S.45's lower bound)
     grid = np.unique(np.append(np.geomspace(1.0, c_max, points), optimal_channels(omega, gamma)))
     rows = []
     for C in grid:
