@@ -48,7 +48,7 @@ from ..theory.width import optimal_channels, parse_omega, tokens_for_channels
 
 # the registered entries whose families fixed_omega_comparison builds (every default overridden) and
 # swmlp_expected_cost costs: the Mixer (MLP-Mixer and RP-Mixer) and the SW-MLP
-MIXER_ENTRY, SWMLP_ENTRY = "mixer_s64_32", "swmlp_f2_32"
+MIXER_ENTRY, SWMLP_ENTRY = "mixer_c64p4_32", "swmlp_m4096d6p4_32"
 TRAIN_STATE_COPIES = 4  # weights, gradients and the two AdamW moments
 TRAIN_FLOPS_FACTOR = 3  # forward + backward (input and weight gradients)
 
