@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import pkmixer
-from pkmixer.layers.mlp import FcAct, Mlp, left_linear
+from pkmixer.layers.mlp import NARROW_COLUMNS, FcAct, Mlp, left_linear
 from pkmixer.layers.pk import PermuteColumns, PKMixing, gather_pair
 from pkmixer.layers.sparse import MaskedLinear, SparseLinear, sample_bernoulli_mask
 from pkmixer.layers.structured import KroneckerLinear
@@ -36,30 +36,37 @@ def _grads(out: torch.Tensor, g: torch.Tensor, tensors: list[torch.Tensor]) -> l
 
 # ---- token mixing as a left multiplication ---------------------------------------------------------------
 
+# both formulations of left_linear: one GEMM over narrow columns, batched products over wide ones
+COLUMNS = [4, NARROW_COLUMNS - 1, NARROW_COLUMNS, 20]
+
+
+@pytest.mark.parametrize("n", COLUMNS)
 @pytest.mark.parametrize("kind", ["mlp", "fc"])
-def test_forward_left_is_transposed_forward(kind):
+def test_forward_left_is_transposed_forward(kind, n):
     mlp = (Mlp(7, 11, 5) if kind == "mlp" else FcAct(7, None, 5)).double()
     perturb_(mlp)
-    x = torch.randn(3, 7, 4, dtype=F64, requires_grad=True)  # (B, in, n)
+    x = torch.randn(3, 7, n, dtype=F64, requires_grad=True)  # (B, in, n)
     ref = mlp(x.transpose(1, 2)).transpose(1, 2)
     out = mlp.forward_left(x)
-    assert out.shape == (3, 5, 4) and rel_err(out, ref) < 1e-14
+    assert out.shape == (3, 5, n) and rel_err(out, ref) < 1e-14
     g = torch.randn_like(ref)
     params = [x, *mlp.parameters()]
     for a, b in zip(_grads(out, g, params), _grads(ref, g, params)):
         assert rel_err(a, b) < 1e-13
 
 
-def test_left_linear_without_bias():
+@pytest.mark.parametrize("n", COLUMNS)
+def test_left_linear_without_bias(n):
     lin = torch.nn.Linear(6, 3, bias=False).double()
-    x = torch.randn(2, 6, 5, dtype=F64)
+    x = torch.randn(2, 6, n, dtype=F64)
     assert rel_err(left_linear(lin, x), lin(x.transpose(1, 2)).transpose(1, 2)) < 1e-14
 
 
-def test_normal_token_mixing_uses_left_multiplication_and_matches_reference():
-    mix = PKMixing(Mlp(6, 12, 6), "token", 5, 6, 6).double()
+@pytest.mark.parametrize("channels", [5, NARROW_COLUMNS])
+def test_normal_token_mixing_uses_left_multiplication_and_matches_reference(channels):
+    mix = PKMixing(Mlp(6, 12, 6), "token", channels, 6, 6).double()
     perturb_(mix)
-    x = torch.randn(2, 6, 5, dtype=F64, requires_grad=True)
+    x = torch.randn(2, 6, channels, dtype=F64, requires_grad=True)
     ref = mix.mlp(x.transpose(1, 2)).transpose(1, 2)
     out = mix(x)
     assert out.is_contiguous() and rel_err(out, ref) < 1e-14

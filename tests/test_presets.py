@@ -13,6 +13,7 @@ from pkmixer.analysis.visualize import sparsity_masks
 from pkmixer.errors import ConfigError
 from pkmixer.experiments import get_preset, run_sweep
 from pkmixer.experiments import sweep as sweep_module
+from pkmixer.experiments.presets import fig5
 from pkmixer.experiments.preset import list_presets
 from pkmixer.experiments.report import write_report
 from pkmixer.experiments.presets import fig6 as fig6_module
@@ -67,7 +68,7 @@ def test_every_preset_builds_its_smoke_runs_and_configs(preset):
         cfg = build_config(spec.config)
         assert build_config(cfg.as_dict()) == cfg, spec.name
         assert sweep_module._normalized(cfg.as_dict()) == sweep_module._normalized(spec.config), spec.name
-    for scale in ("paper", "small", "smoke"):
+    for scale in preset.scales:
         default = preset.default_dataset(scale)
         assert (default is None) == (not preset.datasets)
         if default is not None:
@@ -469,6 +470,46 @@ def test_fig5_verdict(tmp_path):
     assert two.supported is None and _decisions(two) == ["undecided"] * 3 and "a 90 % rule needs 5" in two.verdict
     flat = preset.analyze(_fig5_rows(0, seeds=range(8), noise=0.02), tmp_path, "small")  # no trend, only noise
     assert flat.supported is None
+
+
+def test_fig5_two_widths_are_decided_by_the_paired_difference(tmp_path):
+    """The small scale's two S-Mixer widths: the narrowest minus the widest point's error, paired over seeds."""
+    preset = get_preset("fig5")
+    two = [r for r in _fig5_rows(-1) if r["model"] == "S-Mixer" and r["width"] in (181, 1024)]
+    result = preset.analyze(two, tmp_path, "small")
+    assert result.supported is True and result.verdicts[0].statistic == fig5.WIDEST_RULE.statistic
+    assert result.verdicts[0].estimate == pytest.approx(0.06)  # 0.30 - 0.24
+    assert "+6.00 points" in result.numbers["S-Mixer Ω=2^15: error at the narrowest minus the widest m"]
+    reversed_ = [{**r, "width": 1205 - r["width"]} for r in two]
+    assert preset.analyze(reversed_, tmp_path, "small").supported is False
+
+
+def test_fig5_medium_adds_the_epoch_doubling_check(tmp_path):
+    preset = get_preset("fig5")
+    specs = preset.runs("medium", "fashion-mnist")
+    doubled = [s for s in specs if s.meta.get("doubles")]
+    assert len(specs) == 12 * 5 + len(doubled) and len(doubled) == 6  # narrowest and widest of 3 families, seed 0
+    by_name = {s.name: s for s in specs}
+    for spec in doubled:
+        base = by_name[spec.meta["doubles"]]
+        assert spec.config["schedule"]["epochs"] == 2 * base.config["schedule"]["epochs"] == 20
+        assert spec.config["model"] == base.config["model"] and spec.meta["seed"] == 0
+    assert {(s.meta["model"], s.meta["width"]) for s in doubled} == {
+        ("S-Mixer", 504), ("S-Mixer", 1024), ("RP S-Mixer", 504), ("RP S-Mixer", 1024), ("SW-MLP", 181),
+        ("SW-MLP", 1024)}
+    small = preset.runs("small", "fashion-mnist")  # the demo: a subset of medium's runs
+    assert {s.name for s in small} < set(by_name) and all(s.config == by_name[s.name].config for s in small)
+
+    rows = _fig5_rows(-1)
+    base = next(r for r in rows if r["model"] == "SW-MLP" and r["width"] == 181 and r["seed"] == 0)
+    for change, converged in ((0.004, True), (-0.006, False)):
+        extra = {**base, "run": base["run"] + "-2x", "doubles": base["run"],
+                 "final_test_error": base["final_test_error"] + change}
+        result = preset.analyze(rows + [extra], tmp_path, "medium")
+        check = result.tables["fig5_doubling"]
+        assert len(check) == 1 and check[0]["converged"] is converged
+        assert result.verdicts == preset.analyze(rows, tmp_path, "medium").verdicts  # left out of the verdicts
+        assert ("less than 0.5 points" in result.verdict) is converged
 
 
 def test_fig4_verdict(tmp_path):

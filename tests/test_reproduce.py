@@ -41,18 +41,19 @@ def test_smoke_end_to_end(smoke_dir, tmp_path, capsys):
     assert all(r["status"] == "finished" and r["epochs"] == 1 for r in rows)
     assert {r["model"] for r in rows} == {"S-Mixer", "RP S-Mixer", "SW-MLP"}
     report = smoke_dir / "report"
-    assert {p.name for p in report.iterdir()} == {"report.md", "fig5.png", "fig5.svg", "fig5.csv", "analysis.json"}
+    assert {p.name for p in report.iterdir()} == {"report.md", "fig5.png", "fig5.svg", "fig5_curves.png",
+                                                   "fig5_curves.svg", "fig5.csv", "analysis.json"}
     text = (report / "report.md").read_text()
     assert preset.claim in text and "pkmixer reproduce fig5 --scale smoke --dataset digits" in text
     assert "(fig5.png)" in text and "undecided" in text and "6 of 6 finished" in text
     analysis = json.loads((report / "analysis.json").read_text())
-    assert analysis["supported"] is None and "Spearman" in analysis["verdict"]
+    assert analysis["supported"] is None and "narrowest minus the widest" in analysis["verdict"]  # two widths
     # the same command again: every run skipped, the report up to date and left as it is
     copy = _copy(smoke_dir, tmp_path)
     before = (copy / "report" / "fig5.png").stat().st_mtime_ns
     code, out, _ = run_main(capsys, *SMOKE, "--out", str(copy))
     assert code == 0 and "all 6 runs are done" in out and "(up to date, unchanged)" in out
-    assert f"figure: {copy / 'report' / 'fig5.png'}" in out and "verdict: Spearman" in out
+    assert f"figure: {copy / 'report' / 'fig5.png'}" in out and "verdict: Error against effective width" in out
     assert (copy / "report" / "fig5.png").stat().st_mtime_ns == before
 
 
@@ -127,7 +128,8 @@ def test_report_rerenders(smoke_dir, tmp_path, capsys):
 def test_list(capsys):
     code, out, _ = run_main(capsys, "reproduce", "--list", "--json")
     records = {r["name"]: r for r in json.loads(out)}
-    assert code == 0 and records["fig5"]["runs"] == {"paper": 111, "small": 24, "smoke": 6}
+    assert code == 0 and records["fig5"]["runs"] == {"paper": 111, "medium": 66, "small": 10, "smoke": 6}
+    assert records["fig4"]["runs"]["medium"] is None  # no medium scale yet
     assert len(records) == len(list_presets())
     code, out, _ = run_main(capsys, "reproduce", "--list")
     assert code == 0 and "fig5" in out and "App. C.4" in out

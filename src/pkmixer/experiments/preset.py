@@ -5,7 +5,10 @@ turns the finished runs into figures, tables, key numbers and a verdict computed
 
 * ``paper``: the seed's own settings (Ω, (C, S) pairs, depth, optimiser, epochs, seeds, data set; App. C,
   Table S.2) - GPU hours to days;
-* ``small``: the same question sized for a CPU (smaller Ω and data, fewer epochs) - minutes;
+* ``medium``: the same question sized to decide on a CPU (a whole data set, models trained until doubling the
+  epochs no longer moves them, 5 paired seeds) - at most 2 hours on 2 cores; only presets that list it in
+  :attr:`Preset.scales` have it so far;
+* ``small``: the quick look (smaller Ω and data, fewer epochs) - minutes; it may say "undecided";
 * ``smoke``: seconds, for the test suite.
 
 Presets live in :mod:`pkmixer.experiments.presets`, one module per figure or table, each a subclass of
@@ -40,7 +43,7 @@ from matplotlib.figure import Figure
 from ..errors import ConfigError, check_positive_int, unknown_name
 from .sweep import RunSpec
 
-SCALES = ("paper", "small", "smoke")
+SCALES = ("paper", "medium", "small", "smoke")
 
 
 @dataclass
@@ -65,7 +68,8 @@ class Preset(ABC):
     datasets: tuple[str, ...] = ()  # data sets accepted by runs(); the first is the default
     scale_datasets: dict[str, str] = {}  # the default data set per scale, where it is not datasets[0]
     allowed_datasets: dict[str, tuple[str, ...]] = {}  # the data sets a scale accepts, where not all of datasets
-    default_seeds: dict[str, int] = {"paper": 3, "small": 2, "smoke": 1}  # seeds per scale (seed_list)
+    scales: tuple[str, ...] = ("paper", "small", "smoke")  # the scales of SCALES this preset defines
+    default_seeds: dict[str, int] = {"paper": 3, "medium": 5, "small": 2, "smoke": 1}  # seeds per scale (seed_list)
     seeds_override: int | None = None  # set by with_seeds (--seeds N)
 
     def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
@@ -94,6 +98,8 @@ class Preset(ABC):
     def check_scale(self, scale: str) -> str:
         if scale not in SCALES:
             raise unknown_name("scale", str(scale), SCALES)
+        if scale not in self.scales:
+            raise ConfigError(f"preset {self.name} has no {scale} scale yet; its scales are {', '.join(self.scales)}")
         return scale
 
     def check_dataset(self, scale: str, dataset: str | None) -> str | None:

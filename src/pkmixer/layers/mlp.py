@@ -8,7 +8,8 @@ model swaps one for the other without forking (timm's ``mlp_layer=Mlp`` habit):
 
 Both also apply themselves along the second-to-last axis, ``forward_left``: the token mixing W X of Eq. 1 as a
 left multiplication of the (S, C) feature matrix, one batched product per Dense (``baddbmm`` with the weight
-broadcast over the batch, bias fused), with no transposes in or out. timm's ``mlp(x.transpose(1, 2))
+broadcast over the batch, bias fused), with no transposes in or out; with fewer than 16 channels, one GEMM over
+all columns instead. timm's ``mlp(x.transpose(1, 2))
 .transpose(1, 2)`` is the same map (tests/test_fastpaths.py) on strided operands, and leaves its output in the
 transposed layout; docs/performance.md section (e) times the formulations.
 """
@@ -20,9 +21,21 @@ import torch
 from torch import nn
 
 
+# Below this many columns (channels, for token mixing) one GEMM over the B·n columns beats B products whose
+# inner matrices are only n wide (docs/performance.md (e)).
+NARROW_COLUMNS = 16
+
+
 def left_linear(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """W x + b[:, None] for x of shape (B, in, n): ``linear`` applied to every column, no transposes."""
-    w = linear.weight.expand(x.shape[0], -1, -1)  # (B, out, in), stride 0 over the batch
+    """W x + b[:, None] for x of shape (B, in, n): ``linear`` applied to every column. Batched products with no
+    transposes; for fewer than :data:`NARROW_COLUMNS` columns one GEMM on a transposed copy, copied back (the
+    activation and its gradient run much slower on a strided view)."""
+    batch, width, n = x.shape
+    if n < NARROW_COLUMNS:
+        columns = x.transpose(1, 2).reshape(batch * n, width)  # (B·n, in): one copy of the input
+        y = columns @ linear.weight.t() if linear.bias is None else torch.addmm(linear.bias, columns, linear.weight.t())
+        return y.view(batch, n, -1).transpose(1, 2).contiguous()  # (B, out, n)
+    w = linear.weight.expand(batch, -1, -1)  # (B, out, in), stride 0 over the batch
     if linear.bias is None:
         return torch.bmm(w, x)
     return torch.baddbmm(linear.bias.unsqueeze(-1), w, x)  # (B, out, n)
