@@ -99,3 +99,19 @@ def test_checkpoints_record_every_constructor_argument(tmp_path, monkeypatch, na
     torch.save(old, tmp_path / "old.pt")
     with pytest.raises(ConfigError, match="weights do not fit"):
         load_model(tmp_path / "old.pt")
+
+
+@pytest.mark.parametrize("options", [{"untied_tokens": True}, {"channel_groups": 4},
+                                     {"channel_groups": 4, "group_views": True}, {"token_schedule": [16, 9]}],
+                         ids=["untied", "grouped", "views", "pyramid"])
+def test_plain_ablation_options_are_recorded_as_built(tmp_path, options):
+    """A Mixer built from its plain A.1 options (as configs spell them) is rebuilt from its checkpoint alone, with
+    the same outputs: the recorded arguments are those the options resolved to, not the class's defaults."""
+    torch.manual_seed(0)
+    model = pkmixer.create_model("mixer_t4_28", img_size=8, patch_size=2, depth=2, embed_dim=16, **options).eval()
+    path = save_model(tmp_path / "m.pt", model)
+    loaded = load_model(path).eval()
+    x = torch.randn(3, 1, 8, 8)
+    assert torch.equal(loaded(x), model(x))
+    recorded = read_checkpoint(path)["arguments"]
+    assert all(recorded[k] == (tuple(v) if isinstance(v, list) else v) for k, v in options.items())

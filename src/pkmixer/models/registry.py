@@ -185,7 +185,8 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
     plain = getattr(entry.cls, "to_plain_options", dict)
     own = {k: p.default for k, p in inspect.signature(entry.cls.__init__).parameters.items()
            if k != "self" and p.default is not inspect.Parameter.empty}
-    model.spec = ModelSpec(entry.name, plain(dict(overrides)), plain({**own, **defaults, **overrides}))
+    # every argument as resolved: the plain options already turned into the objects they stand for (kwargs)
+    model.spec = ModelSpec(entry.name, plain(dict(overrides)), plain({**own, **kwargs}))
     if isinstance(model, TimmModel) and entry.data_set is not None:
         model.data_set = entry.data_set
     return model
