@@ -128,13 +128,14 @@ class Preset(ABC):
         n = self.seeds_override if self.seeds_override is not None else self.default_seeds[self.check_scale(scale)]
         return list(range(n))
 
-    def seeded(self, name: str, config: dict[str, Any], meta: dict[str, Any], scale: str) -> list[RunSpec]:
+    def seeded(self, name: str, config: dict[str, Any], meta: dict[str, Any], scale: str,
+               probes: tuple[str, ...] = ()) -> list[RunSpec]:
         """One RunSpec per seed of :meth:`seed_list`: ``<name>-s<seed>`` with run.seed and meta["seed"] set."""
         specs = []
         for seed in self.seed_list(scale):
             cfg = copy.deepcopy(config)
             cfg.setdefault("run", {})["seed"] = seed
-            specs.append(RunSpec(f"{name}-s{seed}", cfg, {**meta, "seed": seed}))
+            specs.append(RunSpec(f"{name}-s{seed}", cfg, {**meta, "seed": seed}, probes))
         return specs
 
     def describe(self) -> dict[str, Any]:

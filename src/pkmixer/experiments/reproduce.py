@@ -7,6 +7,7 @@ an existing sweep directory again, from its finished runs, without training.
 """
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections.abc import Callable
 from pathlib import Path
@@ -74,8 +75,8 @@ def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, da
     if seeds is not None and specs and len(seeds_in(specs)) != seeds:
         raise ConfigError(f"preset {name} does not vary its seeds; drop --seeds")
     if data_dir is not None:  # new configs: a preset's dicts may be shared between its runs or module-level
-        specs = [RunSpec(s.name, {**s.config, "data": {**s.config.get("data", {}), "data_dir": str(data_dir)}},
-                         s.meta) for s in specs]
+        specs = [dataclasses.replace(s, config={**s.config, "data": {**s.config.get("data", {}),
+                                                                     "data_dir": str(data_dir)}}) for s in specs]
     sweep_dir = Path(out) if out is not None else default_out(name, scale, dataset)
     info = {"preset": name, "scale": scale, "dataset": dataset, "seeds": seeds,
             "command": command_line(name, scale, dataset, seeds)}

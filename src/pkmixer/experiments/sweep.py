@@ -48,6 +48,7 @@ from typing import Any
 from ..atomic import write_text_atomically
 from ..errors import ConfigError, unknown_name
 from ..train.rundir import RunDir, hold_lock
+from .probes import check_probes, missing_probes, probe_columns, read_probes, run_probes
 
 BACKENDS = ("local", "ray")
 ROW_KEYS = ("run", "status", "final_test_error", "best_test_error", "final_test_loss", "epochs", "wall_time",
@@ -66,6 +67,7 @@ class RunSpec:
     name: str  # unique within the sweep; letters, digits and . _ = + -
     config: dict[str, Any]  # nested preset for pkmixer.train.config.build_config (model/data/optim/schedule/run)
     meta: dict[str, Any] = field(default_factory=dict)  # the results table's columns, e.g. {"model": ..., "seed": 0}
+    probes: tuple[str, ...] = ()  # what to measure on the finished model (pkmixer.experiments.probes)
 
 
 @dataclass(frozen=True)
@@ -163,12 +165,16 @@ def check_specs(specs: Sequence[RunSpec]) -> dict[str, dict[str, Any]]:
                 built.add(key)
         except ConfigError as err:
             raise ConfigError(f"run {spec.name}: {err}") from None
+        try:
+            check_probes(spec.probes)
+        except ConfigError as err:
+            raise ConfigError(f"run {spec.name}: {err}") from None
         seen[spec.name] = _normalized(spec.config)
     return seen
 
 
 def _spec_dict(spec: RunSpec) -> dict[str, Any]:
-    return {"name": spec.name, "config": spec.config, "meta": spec.meta}
+    return {"name": spec.name, "config": spec.config, "meta": spec.meta, "probes": list(spec.probes)}
 
 
 def read_sweep(sweep_dir: Path) -> dict[str, Any]:
@@ -178,7 +184,7 @@ def read_sweep(sweep_dir: Path) -> dict[str, Any]:
         raise ConfigError(f"{sweep_dir} is not a sweep directory (no sweep.json)")
     try:
         data = json.loads(path.read_text())
-        specs = [RunSpec(s["name"], s["config"], s["meta"]) for s in data["specs"]]
+        specs = [RunSpec(s["name"], s["config"], s["meta"], tuple(s.get("probes", ()))) for s in data["specs"]]
     except (ValueError, KeyError, TypeError) as err:
         raise ConfigError(f"{path} is not a sweep file ({err})") from None
     return {"info": data.get("info", {}), "specs": specs}
@@ -208,7 +214,8 @@ def run_status(run_dir: Path) -> str:
 
 
 def run_row(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
-    """The results-table row of one run, read from its directory: ``spec.meta`` + the ROW_KEYS.
+    """The results-table row of one run, read from its directory: ``spec.meta`` + the ROW_KEYS + the numbers
+    of its probes (None until they are measured).
 
     ``wall_time`` sums the epoch times of metrics.jsonl, so it counts every resumed piece of the run.
     """
@@ -220,7 +227,7 @@ def run_row(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     error = None
     if status == "failed":
         error = (run.error.read_text().strip().splitlines() or ["unknown error"])[0]
-    return {**spec.meta, "run": spec.name, "status": status,
+    return {**spec.meta, **probe_columns(spec.probes, read_probes(run_dir)), "run": spec.name, "status": status,
             "final_test_error": errors[-1] if errors else None,
             "best_test_error": min(errors) if errors else None,
             "final_test_loss": metrics[-1]["test_loss"] if metrics else None,
@@ -258,8 +265,10 @@ def load_rows(sweep_dir: Path) -> list[dict]:
 # ---- one run (in a worker process, a Ray task or this process) ------------------------------------------
 
 
-def execute_run(name: str, config: dict[str, Any], run_dir: str, log_path: str, threads: int | None) -> dict:
-    """Train, resume or skip one run; never raises for a failed run: returns {"name", "status", "error"}."""
+def execute_run(name: str, config: dict[str, Any], run_dir: str, log_path: str, probes: Sequence[str],
+                threads: int | None) -> dict:
+    """Train, resume or skip one run, then run the ``probes`` it still lacks on its finished model; never raises
+    for a failed run: returns {"name", "status", "error"}."""
     import torch
 
     from ..train.config import build_config
@@ -276,16 +285,20 @@ def execute_run(name: str, config: dict[str, Any], run_dir: str, log_path: str, 
             logfile.flush()
 
         status = run_status(run)
-        if status in DONE:
+        if status == "diverged" or (status == "finished" and not missing_probes(run, probes)):
             return {"name": name, "status": status, "error": None}
         files.error.unlink(missing_ok=True)
         try:
-            if files.latest.is_file():
+            if status == "finished":
+                pass  # trained; only probes are missing (a kill between the last checkpoint and probes.json)
+            elif files.latest.is_file():
                 log(f"--- resuming {name} from its latest checkpoint")
                 train(None, run, resume=True, log=log)
             else:  # a directory killed before its first checkpoint starts afresh (train's resume does that)
                 log(f"--- starting {name}")
                 train(build_config(config), run, resume=run.exists(), log=log)
+            if probes and run_status(run) == "finished":
+                run_probes(run, probes, log)
         except TrainingDiverged as err:
             log(f"diverged: {err}")
             return {"name": name, "status": "diverged", "error": str(err)}
@@ -503,7 +516,8 @@ def run_sweep(specs: Sequence[RunSpec], sweep_dir: Path, *, backend: str = "loca
                                                   "specs": [_spec_dict(s) for s in specs]}, indent=1))
         rows = {s.name: run_row(s, sweep.run(s.name)) for s in specs}
         write_results(sweep.root, [rows[s.name] for s in specs])
-        todo = [s for s in specs if rows[s.name]["status"] not in DONE]
+        todo = [s for s in specs if rows[s.name]["status"] not in DONE
+                or (rows[s.name]["status"] == "finished" and missing_probes(sweep.run(s.name), s.probes))]
         resuming = sum(rows[s.name]["status"] == "partial" for s in todo)
         by_name = {s.name: s for s in specs}
         tracker = _Progress(len(specs), len(specs) - len(todo), progress, log)
@@ -517,7 +531,7 @@ def run_sweep(specs: Sequence[RunSpec], sweep_dir: Path, *, backend: str = "loca
             tracker.update(row)
 
         if todo:
-            jobs = [(s.name, s.config, str(sweep.run(s.name)), str(sweep.log(s.name))) for s in todo]
+            jobs = [(s.name, s.config, str(sweep.run(s.name)), str(sweep.log(s.name)), s.probes) for s in todo]
             if backend == "local":
                 import torch
 

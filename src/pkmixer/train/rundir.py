@@ -30,7 +30,7 @@ from ..errors import ConfigError
 
 # what a run (or the sweep around it) writes into its directory; anything else is the user's
 RUN_FILES = frozenset({".lock", "config.yaml", "metrics.jsonl", "summary.json", "error.txt", "checkpoints",
-                       "tensorboard"})
+                       "tensorboard", "probes.json"})
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ class RunDir:
     summary = property(lambda self: self.root / "summary.json")
     error = property(lambda self: self.root / "error.txt")
     tensorboard = property(lambda self: self.root / "tensorboard")
+    probes = property(lambda self: self.root / "probes.json")  # written by a sweep (pkmixer.experiments.probes)
 
     def foreign_files(self) -> list[str]:
         """Names in the directory that no run writes (a temporary file of ours counts as a run's)."""

@@ -138,7 +138,7 @@ def doubled(spec: RunSpec) -> RunSpec:
     convergence check of medium scale (doubling the epochs should move the test error by < 0.5 points)."""
     config = copy.deepcopy(spec.config)
     config["schedule"]["epochs"] *= 2
-    return RunSpec(f"{spec.name}-2x", config, {**spec.meta, "doubles": spec.name})
+    return dataclasses.replace(spec, name=f"{spec.name}-2x", config=config, meta={**spec.meta, "doubles": spec.name})
 
 
 def smoke(epochs: int = 1, train_subset: int = 256, test_subset: int = 128, batch_size: int = 64) -> Recipe:

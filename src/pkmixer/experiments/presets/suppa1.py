@@ -1,0 +1,169 @@
+"""Mixer supp. A.1, "things that did not help": the four token-mixing modifications against the plain MLP-Mixer,
+evaluated as the supplement evaluates them (Tolstikhin et al. 2021, supp. A.1).
+
+Command::
+
+    pkmixer reproduce suppa1 --scale paper     # ImageNet-1k, Mixer-S/32 (the supplement pre-trained on JFT-300M)
+    pkmixer reproduce suppa1 --scale medium    # all of Fashion-MNIST, 5 paired seeds (about 45 min on 2 cores)
+    pkmixer reproduce suppa1 --scale small     # the quick look
+    pkmixer reproduce suppa1 --scale smoke
+
+The supplement's claims: untying the token-mixing MLPs (C separate MLPs) gave no noticeable improvement;
+grouping G neighbouring channels ((S·G)×(C/G) inputs) improved linear 5-shot top-1 accuracy by less than
+1-2 %; G trainable "views" R^C -> R^{C/G} improved top-5 accuracy by 3-4 % for Mixer-S/32 only; pyramids
+(token MLPs mapping S -> S' < S) cut training time without losing much on JFT-300M but did not transfer.
+What a run shows, per modification, paired over seeds with the baseline: the test-error improvement
+(baseline minus modification) with its 90 % interval, decided by :data:`NOTICEABLE` (the claim "did not help"
+holds when the whole interval is below 1 point, fails when it is wholly above); for grouping also the linear
+5-shot error improvement, decided by :data:`FEWSHOT_RULE` (below 2 points); the top-5 error improvement (views)
+and the training-time ratio (pyramid) as numbers with their intervals. The few-shot and top-5 errors are
+:mod:`pkmixer.experiments.probes` run on each finished model.
+
+Models: ``mixer_t4_28`` (S₀ = 49, C = 64, γ = 2, 4 blocks) or, at paper scale, ``mixer_s32_224``, with
+``untied_tokens``, ``channel_groups=4``, ``channel_groups=4, group_views=True`` and a pyramid ``token_schedule``
+whose tokens fall to about a third by the last block (the supplement states no schedule; this one is ours).
+
+Scales:
+
+* ``paper`` - ImageNet-1k with App. C.5's timm recipe (300 epochs), Mixer-S/32 (the scale at which the supplement
+  saw the views help), 3 seeds: 15 runs. JFT-300M is not public.
+* ``medium`` - :func:`.recipes.medium`: the 60 000 Fashion-MNIST training images, 10 epochs of AdamW, 5 seeds:
+  25 runs (the bundled digits when Fashion-MNIST is absent).
+* ``small`` - :func:`.recipes.small`: 10 000 images, 4 epochs, 2 seeds: 10 runs; undecided by design.
+* ``smoke`` - digits, S₀ = 16, C = 16, 2 blocks, 1 epoch.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from ..preset import Analysis, Preset, register_preset
+from ..stats import Rule, aggregate, bootstrap_verdict, format_mean_std, interval_text, overall, \
+    per_seed_difference, summary
+from ..sweep import RunSpec
+from . import recipes
+from .measures import finished
+
+LEVEL = 0.90
+# the rules, fixed before any run is read: "did not help" holds when the improvement's whole interval is below
+# the threshold (in error, as a fraction) and fails when the whole interval is above it
+NOTICEABLE = Rule("test error of the baseline minus the modification", threshold=0.01, direction="below",
+                  level=LEVEL, scale=100.0, unit=" points")
+FEWSHOT_RULE = Rule("linear 5-shot error of the baseline minus the modification", threshold=0.02,
+                    direction="below", level=LEVEL, scale=100.0, unit=" points")
+BASELINE = "MLP-Mixer"
+GROUPS = 4
+PROBES = ("fewshot5", "top5")
+
+
+def modifications(tokens: int, depth: int) -> dict[str, dict]:
+    """Label -> model options of each supp. A.1 modification on a Mixer of ``tokens`` patches and ``depth``
+    blocks; the pyramid's tokens fall geometrically to about a third by the last block."""
+    last = max(1, round(tokens / 3))
+    schedule = [tokens] + [round(tokens * (last / tokens) ** (i / (depth - 1))) for i in range(1, depth)]
+    return {BASELINE: {},
+            "untied": {"untied_tokens": True},
+            "grouped": {"channel_groups": GROUPS},
+            "views": {"channel_groups": GROUPS, "group_views": True},
+            "pyramid": {"token_schedule": schedule}}
+
+
+def _setting(scale: str, dataset: str) -> tuple[recipes.Recipe, dict]:
+    """The recipe and the baseline model's options of a scale."""
+    if scale == "paper":
+        return recipes.imagenet_c5(image={"norm_eps": 1e-5}), {"name": "mixer_s32_224"}
+    if scale == "smoke":
+        return recipes.smoke(), {"name": "mixer_t4_28", "depth": 2, "embed_dim": 16}
+    recipe = recipes.medium(dataset) if scale == "medium" else recipes.small(dataset)
+    return recipe, {"name": "mixer_t4_28"}
+
+
+@register_preset
+class SuppA1(Preset):
+    name = "suppa1"
+    title = "Mixer supp. A.1: modified token-mixing MLPs against the plain Mixer"
+    claim = ("Untying the token-mixing MLPs, grouping channels, trainable views and pyramids did not noticeably "
+             "improve the Mixer (grouping: linear 5-shot accuracy up by less than 1-2 %).")
+    source = "Tolstikhin et al. 2021, supp. A.1"
+    datasets = ("imagenet", "fashion-mnist", "digits")
+    scales = ("paper", "medium", "small", "smoke")
+    scale_datasets = {**recipes.SCALE_DATASETS, "paper": "imagenet"}
+    allowed_datasets = recipes.allowed(datasets, ("imagenet",))
+
+    def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
+        recipe, base = _setting(scale, dataset)
+        image = {**recipe.image, **base}
+        patches = (image.get("img_size", 224) // image.get("patch_size", 32)) ** 2
+        depth = image.get("depth", 8 if scale == "paper" else 4)
+        specs = []
+        for label, options in modifications(patches, depth).items():
+            meta = {"dataset": dataset, "model": label}
+            specs += self.seeded(f"{label.lower().replace('-', '')}", recipe.config({**base, **options}), meta, scale,
+                                 probes=PROBES)
+        return specs
+
+    def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
+        done = finished(rows)
+        points = aggregate(done, ["model"], "final_test_error")
+        order = list(modifications(49, 4))
+        points.sort(key=lambda p: order.index(p["model"]) if p["model"] in order else len(order))
+        table = []
+        for p in points:
+            runs = [r for r in done if r["model"] == p["model"]]
+            row = {"model": p["model"], "test_error_mean": p["mean"], "test_error_std": p["std"], "seeds": p["n"]}
+            for key in ("fewshot5_error", "top5_error", "wall_time", "params"):
+                values = aggregate(runs, ["model"], key)
+                row[f"{key}_mean"] = values[0]["mean"] if values else None
+            table.append(row)
+        baseline = [r for r in done if r["model"] == BASELINE]
+        numbers, verdicts = {}, []
+        for p in points:
+            if p["model"] == BASELINE:
+                numbers[f"{BASELINE}: test error"] = format_mean_std(p, percent=True)
+                continue
+            label, runs = p["model"], [r for r in done if r["model"] == p["model"]]
+            numbers[f"{label}: test error"] = format_mean_std(p, percent=True)
+            for key, what in (("fewshot5_error", "linear 5-shot error"), ("top5_error", "top-5 error")):
+                numbers[f"{label}: {what} improvement"] = interval_text(
+                    per_seed_difference(baseline, runs, key), level=LEVEL, scale=100.0, unit=" points")
+            time_ratio = {seed: r / b for seed, (b, r) in _paired(baseline, runs, "wall_time").items() if b}
+            numbers[f"{label}: training time / baseline's"] = interval_text(time_ratio, level=LEVEL)
+            verdicts.append(bootstrap_verdict(per_seed_difference(baseline, runs), NOTICEABLE,
+                                              f"{label}: no noticeable test-error improvement"))
+            if label == "grouped":
+                verdicts.append(bootstrap_verdict(per_seed_difference(baseline, runs, "fewshot5_error"),
+                                                  FEWSHOT_RULE, f"{label}: 5-shot improvement below 2 points"))
+        supported = None if scale == "smoke" else overall(verdicts)
+        listed = summary(verdicts) or "no finished runs."
+        if supported is None:
+            verdict = f"Modified token mixing against the plain Mixer - undecided: {listed}"
+        else:
+            verdict = (f"The modifications {'did not' if supported else 'did'} noticeably help - {listed}")
+        return Analysis(figures={"suppa1": _plot(table)}, tables={"suppa1": table}, numbers=numbers,
+                        verdict=verdict, supported=supported, verdicts=verdicts)
+
+
+def _paired(a: list[dict], b: list[dict], key: str) -> dict:
+    """Seed -> (a's value, b's value) for the seeds with a value in both."""
+    left = {r["seed"]: r.get(key) for r in a if r.get(key) is not None}
+    return {r["seed"]: (left[r["seed"]], r[key]) for r in b if r.get(key) is not None and r["seed"] in left}
+
+
+def _plot(table: list[dict]) -> Figure:
+    """Test, linear 5-shot and top-5 error (mean over seeds) of the baseline and each modification."""
+    fig = Figure(figsize=(7.0, 3.8))
+    ax = fig.add_subplot()
+    keys = (("test_error_mean", "test error"), ("fewshot5_error_mean", "linear 5-shot error"),
+            ("top5_error_mean", "top-5 error"))
+    width = 0.8 / len(keys)
+    for i, (key, label) in enumerate(keys):
+        ax.bar([j + (i - 1) * width for j in range(len(table))],
+               [100 * (row[key] if row[key] is not None else float("nan")) for row in table], width, label=label)
+    ax.set_xticks(range(len(table)), [row["model"] for row in table])
+    ax.set_ylabel("error (%)")
+    ax.set_title("Mixer supp. A.1: modified token mixing (mean over seeds)", fontsize=10)
+    ax.grid(alpha=0.3, axis="y")
+    if table:
+        ax.legend(fontsize=8)
+    return fig
