@@ -8,8 +8,10 @@ backward (input and weight gradients) of a batch, timed interleaved; also the Kr
 (e) The token mixing W₂ φ(W₁ X) of one MLP-Mixer block (Eq. 1) on a (B, S, C) batch, written five ways, each
 with the residual addition that follows it, forward + backward and inference forward: timm's transpose +
 Linear + transpose; the same with the transposes made contiguous; ``torch.matmul`` broadcasting W over the
-batch; ``einsum``; a sequence-first (S, B·C) single GEMM including the permutes in and out; and our
-``Mlp.forward_left`` (``baddbmm`` with W broadcast, no transposes), which the normal Mixer's token mixing uses.
+batch; ``einsum``; a sequence-first (S, B·C) single GEMM including the permutes in and out; batched products
+(``baddbmm`` with W broadcast, no transposes); and our ``Mlp.forward_left``, which the normal Mixer's token
+mixing uses: the batched products, or below ``NARROW_COLUMNS`` channels one GEMM over all B·C columns. The
+narrow shapes are the Fashion-MNIST S-Mixers of ``fig5`` (C = 4 and 8, the token MLP S -> S).
 """
 from __future__ import annotations
 
@@ -26,9 +28,11 @@ from .common import Settings, interleaved, ratio
 D_SIZES = {"smoke": [(4, 8)], "quick": [(28, 28), (64, 64)], "full": [(28, 28), (32, 32), (64, 64), (128, 128)]}
 E_SHAPES = {  # (label, B, S, C, D_S)
     "smoke": [("toy", 2, 16, 8, 32)],
-    "quick": [("CIFAR S=C=64, γ=4", 128, 64, 64, 256), ("Mixer-S/16", 8, 196, 512, 256),
+    "quick": [("FMNIST S-Mixer C=4", 128, 126, 4, 126), ("FMNIST S-Mixer C=8", 128, 87, 8, 87),
+              ("CIFAR S=C=64, γ=4", 128, 64, 64, 256), ("Mixer-S/16", 8, 196, 512, 256),
               ("Mixer-B/16", 8, 196, 768, 384)],
-    "full": [("CIFAR S=C=64, γ=4", 128, 64, 64, 256), ("Mixer-S/16", 32, 196, 512, 256),
+    "full": [("FMNIST S-Mixer C=4", 128, 126, 4, 126), ("FMNIST S-Mixer C=8", 128, 87, 8, 87),
+             ("CIFAR S=C=64, γ=4", 128, 64, 64, 256), ("Mixer-S/16", 32, 196, 512, 256),
              ("Mixer-B/16", 32, 196, 768, 384)],
 }
 
@@ -67,7 +71,7 @@ def section_d(settings: Settings) -> dict:
 
 
 def token_formulations(mlp: Mlp) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
-    """W₂ φ(W₁ X) + X for x of shape (B, S, C), five ways (module docstring)."""
+    """W₂ φ(W₁ X) + X for x of shape (B, S, C), six ways and ours (module docstring)."""
     w1, b1, w2, b2 = mlp.fc1.weight, mlp.fc1.bias, mlp.fc2.weight, mlp.fc2.bias
 
     def transpose_linear(x: torch.Tensor) -> torch.Tensor:
@@ -89,12 +93,16 @@ def token_formulations(mlp: Mlp) -> dict[str, Callable[[torch.Tensor], torch.Ten
         y = torch.addmm(b2[:, None], w2, F.gelu(torch.addmm(b1[:, None], w1, xs)))
         return x + y.view(S, B, C).transpose(0, 1)
 
+    def batched_products(x: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(torch.baddbmm(b1[:, None], w1.expand(x.shape[0], -1, -1), x))
+        return x + torch.baddbmm(b2[:, None], w2.expand(x.shape[0], -1, -1), h)
+
     def forward_left(x: torch.Tensor) -> torch.Tensor:
         return x + mlp.forward_left(x)
 
     return {"transpose_linear": transpose_linear, "transpose_contiguous": transpose_contiguous,
             "broadcast_matmul": broadcast_matmul, "einsum": einsum, "sequence_first": sequence_first,
-            "forward_left": forward_left}
+            "batched_products": batched_products, "forward_left": forward_left}
 
 
 def section_e(settings: Settings) -> dict:

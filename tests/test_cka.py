@@ -245,3 +245,24 @@ def test_cka_matrix_bad_input(models, tmp_path):
     result = cka_matrix(mixer, mixer, x, layers_a=[0], layers_b=[0])
     with pytest.raises(ConfigError, match="png or .svg"):
         plot_cka(result, tmp_path / "cka.pdf")
+
+
+def test_cka_from_stored_grams_is_the_cka_of_the_models():
+    """What a run stores when it finishes (feature_grams) gives the CKA that the two models give directly: the
+    fig2 report computes CKA from stored Gram matrices, never from checkpoints."""
+    from pkmixer.analysis.cka import cka_from_grams, feature_grams
+
+    torch.manual_seed(0)
+    a = pkmixer.create_model("mixer_t4_28", img_size=8, patch_size=2, depth=2, embed_dim=8).double()
+    b = pkmixer.create_model("swmlp_t4_28", img_size=8, patch_size=2, depth=4, embed_dim=8, width=128,
+                             density=0.25).double()
+    batches = list(torch.randn(3, 6, 1, 8, 8, dtype=torch.float64))
+    direct = cka_matrix(a, b, batches, where="mixing")
+    names_a, grams_a = feature_grams(a, batches)
+    names_b, grams_b = feature_grams(b, batches)
+    assert grams_a.shape == (4, 3, 6, 6) and names_a == direct.names_a and names_b == direct.names_b
+    assert np.abs(cka_from_grams(names_a, grams_a, names_b, grams_b) - direct.matrix).max() < 1e-12
+    stored = cka_from_grams(names_a, grams_a.astype(np.float32), names_b, grams_b.astype(np.float32))
+    assert np.abs(stored - direct.matrix).max() < 1e-5  # the probe stores float32
+    with pytest.raises(ConfigError, match="not of the same mini-batches"):
+        cka_from_grams(names_a, grams_a[:, :2], names_b, grams_b)

@@ -105,7 +105,11 @@ class MinibatchCKA:
         n = int(features_a[0].shape[0])
         if n < 4:
             raise ConfigError(f"mini-batch CKA needs at least 4 examples per batch (HSIC₁ divides by n−3), got {n}")
-        K, L = self._grams(0, features_a, n), self._grams(1, features_b, n)
+        self.add_grams(self._grams(0, features_a, n), self._grams(1, features_b, n))
+
+    def add_grams(self, K: torch.Tensor, L: torch.Tensor) -> None:
+        """Add one mini-batch given as its Gram matrices (:func:`feature_grams`): (layers_a, n, n), (layers_b, n, n)."""
+        n = K.shape[-1]
         self.cross += hsic1(K, L).cpu().numpy()
         self.self_a += _self_hsic(K)
         self.self_b += _self_hsic(L)
@@ -122,6 +126,46 @@ class MinibatchCKA:
                     raise ConfigError(f"layer {name!r} of {label} has constant features over all "
                                       f"{self.n_examples} examples, so its CKA is undefined; leave it out")
         return self.cross / np.sqrt(np.outer(self.self_a, self.self_b))
+
+
+def feature_grams(model: nn.Module, batches: Iterable[torch.Tensor], where: str = "mixing"
+                  ) -> tuple[list[str], np.ndarray]:
+    """What CKA needs of one model, to store when its training ends: the feature names at ``where`` and, per layer
+    and mini-batch, the centred Gram matrix with zero diagonal, each layer divided by one scale (the module
+    docstring), float64 (layers, batches, n, n). :func:`cka_from_grams` of two such stacks on the same inputs is
+    :func:`cka_matrix` of the two models."""
+    check_where(where)
+    contract.require(model, "CKA", contract.HasIntermediates, "the model")
+    names = model.feature_names(where)
+    acc = MinibatchCKA(names, names)
+    grams, mode = [], model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            for x in batches:
+                feats = model.forward_intermediates(x.to(_device(model)), list(range(len(names))), where=where,
+                                                    intermediates_only=True)
+                if int(x.shape[0]) < 4:
+                    raise ConfigError(f"mini-batch CKA needs at least 4 examples per batch, got {int(x.shape[0])}")
+                grams.append(acc._grams(0, feats, int(x.shape[0])).cpu())
+    finally:
+        model.train(mode)
+    if not grams:
+        raise ConfigError("no mini-batch was given to CKA")
+    return names, torch.stack(grams, 1).numpy()
+
+
+def cka_from_grams(names_a: Sequence[str], grams_a: np.ndarray, names_b: Sequence[str], grams_b: np.ndarray,
+                   labels: tuple[str, str] = ("model A", "model B")) -> np.ndarray:
+    """The CKA matrix of two models from their :func:`feature_grams` on the same mini-batches."""
+    if grams_a.shape[1:] != grams_b.shape[1:]:
+        raise ConfigError(f"the Gram matrices of {labels[0]} {grams_a.shape[1:]} and {labels[1]} "
+                          f"{grams_b.shape[1:]} are not of the same mini-batches")
+    acc = MinibatchCKA(names_a, names_b, labels=labels)
+    for b in range(grams_a.shape[1]):
+        acc.add_grams(torch.from_numpy(np.ascontiguousarray(grams_a[:, b], dtype=np.float64)),
+                      torch.from_numpy(np.ascontiguousarray(grams_b[:, b], dtype=np.float64)))
+    return acc.result()
 
 
 def _self_hsic(K: torch.Tensor) -> np.ndarray:

@@ -86,8 +86,9 @@ class Preset(ABC):
     @abstractmethod
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
         """Figures, tables, numbers and the verdict from the sweep's rows (and, if needed, its run dirs): a
-        function of the rows, which neither trains nor reads files - except, for now, fig2 (it reloads the
-        checkpoints for CKA), figs6-8 (learning curves from metrics.jsonl) and tables3 (it times training steps)."""
+        function of the rows, which neither trains nor reads checkpoints - except that fig2 reads the Gram matrices
+        its runs stored (the ``grams`` probe), fig5 and figs6-8 read learning curves from metrics.jsonl, and
+        tables3 times training steps."""
 
     # ---- helpers for subclasses and the CLI ----------------------------------------------------------
     def default_dataset(self, scale: str) -> str | None:

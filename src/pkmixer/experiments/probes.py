@@ -13,10 +13,16 @@ sweep directory resumes to the same table. Each probe returns a flat dict of num
   :data:`DRAWS` draws of the shots, keyed by the run's seed.
 * ``top5`` - top-1 and top-5 error of the final weights on the test split (the supplement reports top-5 for
   its "views" ablation).
+* ``grams-<B>x<n>`` - what mini-batch CKA needs (Hayase & Karakida Fig. 2a-c): the Gram matrices of the features
+  at every mixing block on the first B·n test images in batches of n (:func:`pkmixer.analysis.cka.feature_grams`),
+  stored as ``grams.npz``; :func:`load_grams` reads them, and CKA between two runs is
+  :func:`pkmixer.analysis.cka.cka_from_grams` of theirs.
 """
 from __future__ import annotations
 
+import io
 import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..atomic import write_text_atomically
+from ..atomic import write_atomically, write_text_atomically
 from ..checkpoint import read_checkpoint
 from ..errors import ConfigError
 from ..train.config import TrainConfig, build_config, load_yaml
@@ -94,7 +100,7 @@ def _shots(labels: np.ndarray, classes: int, shots: int, rng: np.random.Generato
     return picked
 
 
-def fewshot5(cfg: TrainConfig, model: nn.Module, sets: dict) -> dict[str, float]:
+def fewshot5(cfg: TrainConfig, model: nn.Module, sets: dict, run: RunDir) -> dict[str, float]:
     train, test = sets["train"], sets["test"]
     classes = train.info.num_classes
     labels = np.asarray(train.targets)
@@ -107,27 +113,64 @@ def fewshot5(cfg: TrainConfig, model: nn.Module, sets: dict) -> dict[str, float]
     return {"fewshot5_error": float(np.mean(errors))}
 
 
-def top5(cfg: TrainConfig, model: nn.Module, sets: dict) -> dict[str, float]:
+def top5(cfg: TrainConfig, model: nn.Module, sets: dict, run: RunDir) -> dict[str, float]:
     _, logits, labels = _features(cfg, model, sets["test"])
     top = logits.topk(min(5, logits.shape[1]), dim=1).indices
     return {"top1_error": float((top[:, 0] != labels).double().mean()),
             "top5_error": float(1.0 - (top == labels[:, None]).any(1).double().mean())}
 
 
-PROBES: dict[str, Callable[[TrainConfig, nn.Module, dict], dict[str, float]]] = {"fewshot5": fewshot5, "top5": top5}
+GRAMS = re.compile(r"grams-([1-9][0-9]*)x([1-9][0-9]*)")
+
+
+def grams(cfg: TrainConfig, model: nn.Module, sets: dict, run: RunDir, batches: int, size: int) -> dict[str, Any]:
+    from ..analysis.cka import feature_grams
+
+    test = sets["test"]
+    count = min(len(test), batches * size) // size * size
+    if count == 0:
+        raise ConfigError(f"the CKA probe needs at least {size} test images; the test split has {len(test)}")
+    images = torch.cat([x for x, _ in _eval_batches(cfg, model, test, range(count))])
+    names, stack = feature_grams(model, images.split(size))
+    buffer = io.BytesIO()
+    np.savez(buffer, grams=stack.astype(np.float32), names=np.array(names))  # float32: CKA to ~1e-6
+    write_atomically(run.grams, lambda f: f.write(buffer.getvalue()))
+    return {"layers": len(names), "batches": stack.shape[1], "batch_size": size}
+
+
+PROBES: dict[str, Callable[..., dict[str, Any]]] = {"fewshot5": fewshot5, "top5": top5}
 COLUMNS = {"fewshot5": ("fewshot5_error",), "top5": ("top1_error", "top5_error")}  # what each adds to a row
+
+
+def _probe(name: str) -> Callable[..., dict[str, Any]]:
+    if name in PROBES:
+        return PROBES[name]
+    match = GRAMS.fullmatch(name)
+    if match is None:
+        raise ConfigError(f"unknown probe {name!r}; the probes are {', '.join(PROBES)} and grams-<B>x<n>")
+    return lambda cfg, model, sets, run: grams(cfg, model, sets, run, int(match[1]), int(match[2]))
+
+
+def load_grams(run_dir: str | Path) -> tuple[list[str], np.ndarray]:
+    """The feature names and Gram matrices (layers, batches, n, n) a ``grams-<B>x<n>`` probe stored."""
+    path = RunDir(Path(run_dir)).grams
+    try:
+        with np.load(path) as data:
+            return [str(n) for n in data["names"]], data["grams"]
+    except (OSError, KeyError, ValueError) as err:
+        raise ConfigError(f"{path}: no stored CKA Gram matrices ({type(err).__name__}); run the sweep again to "
+                          "measure them") from None
 
 
 def probe_columns(names: Sequence[str], measured: dict[str, dict[str, float]]) -> dict[str, float | None]:
     """The row columns of the probes ``names``: their numbers in ``measured`` (:func:`read_probes`), None where a
     probe has not run yet."""
-    return {column: measured.get(name, {}).get(column) for name in names for column in COLUMNS[name]}
+    return {column: measured.get(name, {}).get(column) for name in names for column in COLUMNS.get(name, ())}
 
 
 def check_probes(names: Sequence[str]) -> tuple[str, ...]:
-    unknown = [n for n in names if n not in PROBES]
-    if unknown:
-        raise ConfigError(f"unknown probe {unknown[0]!r}; the probes are {', '.join(PROBES)}")
+    for name in names:
+        _probe(name)
     return tuple(names)
 
 
@@ -162,6 +205,6 @@ def run_probes(run_dir: str | Path, names: Sequence[str], log: Callable[[str], N
         model, sets = model_and_data(cfg, ("train", "test"), payload, run.latest)
         for name in todo:
             log(f"probe {name}")
-            results[name] = PROBES[name](cfg, model, sets)
+            results[name] = _probe(name)(cfg, model, sets, run)
         write_text_atomically(run.probes, json.dumps(results, indent=2))
     return results

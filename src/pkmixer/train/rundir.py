@@ -30,7 +30,7 @@ from ..errors import ConfigError
 
 # what a run (or the sweep around it) writes into its directory; anything else is the user's
 RUN_FILES = frozenset({".lock", "config.yaml", "metrics.jsonl", "summary.json", "error.txt", "checkpoints",
-                       "tensorboard", "probes.json"})
+                       "tensorboard", "probes.json", "grams.npz"})
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ class RunDir:
     error = property(lambda self: self.root / "error.txt")
     tensorboard = property(lambda self: self.root / "tensorboard")
     probes = property(lambda self: self.root / "probes.json")  # written by a sweep (pkmixer.experiments.probes)
+    grams = property(lambda self: self.root / "grams.npz")  # its CKA probe's Gram matrices
 
     def foreign_files(self) -> list[str]:
         """Names in the directory that no run writes (a temporary file of ours counts as a run's)."""

@@ -14,8 +14,9 @@ and clearly more similar to a sparse SW-MLP than to a dense one. What a run show
 6×6 CKA matrix (features "just before the skip" of each mixing block / SW-MLP block) against the SW-MLP's
 density p, one line per Mixer size, with the Mixer's own density (1/S + 1/C)/2; the full CKA matrices against
 the SW-MLP at the density nearest the Mixer's and against the dense one (Fig. 2b, c). CKA pairs a Mixer and an
-SW-MLP of the same seed, on the first test images, from the runs' final checkpoints (``latest.pt``: the trained
-networks, not the epoch picked by test error). Verdict: supported when, for every size, the SW-MLP at the
+SW-MLP of the same seed, on the first test images, with the final weights (the trained networks, not the epoch
+picked by test error): each run stores its features' Gram matrices when it finishes (the ``grams-<B>x<n>``
+probe of :mod:`pkmixer.experiments.probes`), and the report computes CKA from them. Verdict: supported when, for every size, the SW-MLP at the
 Mixer's density is more similar than the dense one and the most similar density is below 1.
 
 fig2d - the paper's claim: shallow MLPs x -> B_c B₂ ReLU(B₁x) with Monarch weights and with Kronecker weights
@@ -43,14 +44,11 @@ import math
 from pathlib import Path
 
 import numpy as np
-import torch
 from matplotlib.figure import Figure
 
-from ...analysis.cka import cka_matrix
-from ...data import build_dataset, build_transform, dataset_info
-from ...models.restore import load_model
-from ...train.config import build_config, load_yaml
+from ...analysis.cka import CKAResult, cka_from_grams
 from ..preset import Analysis, Preset, register_preset
+from ..probes import load_grams
 from ..stats import aggregate, format_mean_std, gap, mean_std
 from ..sweep import RunSpec, SweepDir
 from . import recipes
@@ -76,7 +74,8 @@ class Fig2(Preset):
 
     def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         recipe = recipes.c1(scale, dataset)
-        sizes, depth, exponents, _, _ = SIZES[scale]
+        sizes, depth, exponents, batches, batch_size = SIZES[scale]
+        probes = (f"grams-{batches}x{batch_size}",)
         grid = (recipe.image["img_size"] // recipe.image["patch_size"]) ** 2
         specs = []
         for size in sizes:
@@ -84,29 +83,26 @@ class Fig2(Preset):
                                    "num_tokens": None if size == grid else size})
             meta = {"dataset": dataset, "model": "MLP-Mixer", "size": size, "width": size * size,
                     "density": 1 / size}  # (1/S + 1/C)/2 with S = C
-            specs += self.seeded(f"mixer-s{size}", mixer, meta, scale)
+            specs += self.seeded(f"mixer-s{size}", mixer, meta, scale, probes)
             for n in exponents:
                 p = 2.0 ** -n
                 sw = recipe.config({"name": "swmlp_f2_32", "depth": 2 * depth, "embed_dim": size, "mlp_ratio": GAMMA,
                                     "block": "mlp", "width": size * size, "density": p, "weight_format": "masked"})
                 meta = {"dataset": dataset, "model": "SW-MLP", "size": size, "width": size * size, "density": p}
-                specs += self.seeded(f"swmlp-s{size}-p{n}", sw, meta, scale)
+                specs += self.seeded(f"swmlp-s{size}-p{n}", sw, meta, scale, probes)
         return recipes.seed_structures(specs)
 
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
         rows = finished(rows)
-        _, _, _, batches, batch_size = SIZES[scale]
         sweep = SweepDir(Path(sweep_dir))
         mixers = {(r["size"], r["seed"]): r for r in rows if r["model"] == "MLP-Mixer"}
         cka_rows, matrices = [], {}
         for (size, seed), mixer_row in sorted(mixers.items()):
-            mixer = load_model(sweep.run(mixer_row["run"]) / "checkpoints" / "latest.pt")
-            inputs = _test_batches(sweep.run(mixer_row["run"]), mixer, batches, batch_size)
+            mixer = load_grams(sweep.run(mixer_row["run"]))
             for r in rows:
                 if r["model"] == "SW-MLP" and r["size"] == size and r["seed"] == seed:
-                    sw = load_model(sweep.run(r["run"]) / "checkpoints" / "latest.pt")
                     labels = ("MLP-Mixer", f"SW-MLP p={r['density']:.3g}")
-                    result = cka_matrix(mixer, sw, inputs, where="mixing", labels=labels)
+                    result = _cka(mixer, load_grams(sweep.run(r["run"])), labels)
                     cka_rows.append({"size": size, "seed": seed, "density": r["density"],
                                      "cka_diagonal_mean": result.diagonal_mean})
                     matrices[(size, seed, r["density"])] = result
@@ -146,15 +142,14 @@ class Fig2(Preset):
                         verdict=verdict, supported=supported)
 
 
-def _test_batches(run_dir: Path, model: torch.nn.Module, batches: int, batch_size: int) -> list[torch.Tensor]:
-    """The first ``batches × batch_size`` test images of the run's data set, as the run evaluated them."""
-    cfg = build_config(load_yaml(run_dir / "config.yaml"))
-    transform = build_transform(dataset_info(cfg.data.name), train=False, img_size=model.img_size,
-                                in_chans=model.in_chans, resize=cfg.data.resize)
-    test = build_dataset(cfg.data.name, "test", data_dir=cfg.data.data_dir, transform=transform)
-    count = min(len(test), batches * batch_size) // batch_size * batch_size
-    images = torch.stack([test[i][0] for i in range(count)])
-    return list(images.split(batch_size))
+def _cka(a: tuple[list[str], np.ndarray], b: tuple[list[str], np.ndarray], labels: tuple[str, str]) -> CKAResult:
+    """The CKA matrix of two runs from their stored Gram matrices (the same test batches)."""
+    (names_a, grams_a), (names_b, grams_b) = a, b
+    matrix = cka_from_grams(names_a, grams_a, names_b, grams_b, labels)
+    square = matrix.shape[0] == matrix.shape[1]
+    return CKAResult(label_a=labels[0], label_b=labels[1], where="mixing", names_a=names_a, names_b=names_b,
+                     matrix=matrix, diagonal_mean=float(np.diag(matrix).mean()) if square else None,
+                     n_examples=grams_a.shape[1] * grams_a.shape[2], n_batches=grams_a.shape[1])
 
 
 def _cka_plot(points: list[dict]) -> Figure:
