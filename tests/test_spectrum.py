@@ -133,6 +133,23 @@ def test_alpha_scaling_lambda_max_grows_with_alpha():
     assert np.all(np.diff(s) <= 0)
 
 
+def test_alpha_scaling_singular_values_are_those_of_the_whole_weight():
+    """Rows of Z without weights are left out of the eigen-decomposition (zeros added back): the values are the
+    singular values of the whole normalised Z, with as many zeros as empty rows."""
+    from pkmixer.theory.spectrum import _generator, alpha_scaling_size
+    from pkmixer.layers.sparse import sample_bernoulli_mask
+
+    m, p = alpha_scaling_size(100, 1.0)  # m = 100, p = 0.01: most rows are empty
+    g = _generator(3)
+    r, c = sample_bernoulli_mask(m, m, p, g)
+    Z = np.zeros((m, m))
+    Z[r.numpy(), c.numpy()] = torch.randn(r.numel(), generator=g, dtype=torch.float64).numpy()
+    whole = np.linalg.svd(Z / math.sqrt(np.trace(Z @ Z.T) / m), compute_uv=False)
+    got = alpha_scaling_singular_values(100, 1.0, seed=3)
+    assert got.shape == (m,) and np.abs(got - whole).max() < 1e-7
+    assert (got == 0).sum() >= m - len(np.unique(r.numpy()))
+
+
 def test_default_widths_span_dense_to_mixer_max():
     widths = default_widths(2**18, gamma=1.0)
     assert widths[0] == 512 and widths[-1] == 4096 and len(widths) == 6

@@ -87,7 +87,7 @@ class Preset(ABC):
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
         """Figures, tables, numbers and the verdict from the sweep's rows (and, if needed, its run dirs): a
         function of the rows, which neither trains nor reads checkpoints - except that fig2 reads the Gram matrices
-        its runs stored (the ``grams`` probe), fig5 and figs6-8 read learning curves from metrics.jsonl, and
+        its runs stored (the ``grams`` probe), fig5, figs1 and figs6-8 read learning curves from metrics.jsonl, and
         tables3 times training steps."""
 
     # ---- helpers for subclasses and the CLI ----------------------------------------------------------

@@ -211,11 +211,13 @@ def alpha_scaling_singular_values(omega: str | int | float, alpha: float, seed: 
     r, c = sample_bernoulli_mask(m, m, p, g)
     values = torch.randn(r.numel(), generator=g, dtype=torch.float64).numpy()
     Z = sp.csr_matrix((values, (r.numpy(), c.numpy())), shape=(m, m))
-    K = (Z @ Z.T).toarray()
+    kept = np.unique(r.numpy())  # a row without weights adds a zero row and column to K: a zero eigenvalue
+    K = (Z[kept] @ Z[kept].T).toarray()  # at α = 1.5, Ω = 10³ about a sixth of the m rows
     scale = np.trace(K) / m
     if scale == 0:
         raise ConfigError(f"the mask at Ω={omega:g}, α={alpha:g}, seed={seed} kept no weight; raise Ω")
-    return np.sqrt(np.clip(np.linalg.eigvalsh(K / scale), 0, None))[::-1]
+    eigenvalues = np.concatenate([np.linalg.eigvalsh(K / scale), np.zeros(m - len(kept))])
+    return np.sqrt(np.clip(np.sort(eigenvalues), 0, None))[::-1]
 
 
 # ---- sweeps ------------------------------------------------------------------------------------------------
