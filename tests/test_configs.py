@@ -37,7 +37,7 @@ def test_every_config_is_accounted_for():
 def test_config_equals_its_preset_run(filename):
     preset, dataset, run = PAPER_RUNS[filename]
     specs = {spec.name: spec for spec in get_preset(preset).runs("paper", dataset)}
-    expected = specs[run].config
+    expected = specs[run].config.as_dict()
     got = yaml.safe_load((CONFIGS / filename).read_text())
     assert _resolved(got) == _resolved(expected), (
         f"configs/{filename} differs from run {run} of `pkmixer reproduce {preset} --scale paper "

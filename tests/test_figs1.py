@@ -25,12 +25,12 @@ def test_every_run_is_a_valid_config(scale, count):
     specs = PRESET.runs(scale, None)
     assert len(specs) == count and len({s.name for s in specs}) == count
     for spec in specs:
-        cfg = build_config(spec.config)
+        cfg = spec.config
         assert set(cfg.model.options) <= set(model_entry(cfg.model.name).accepted()), spec.name
-        assert cfg.run.seed == spec.meta["seed"] == spec.config["model"]["structure_seed"]
+        assert cfg.run.seed == spec.meta["seed"] == spec.config.model.options["structure_seed"]
         assert spec.meta["density"] == pytest.approx(figs1.TRAINING[scale].omega ** -spec.meta["alpha"])
         if spec.meta["model"] == "SW-MLP":
-            options = spec.config["model"]
+            options = spec.config.model.options
             assert options["width"] == spec.meta["width"] and options["density"] == spec.meta["density"]
             expected = "masked" if scale == "paper" or options["density"] == 1 else "sparse"
             assert options["weight_format"] == expected and options["block"] == "fc"
@@ -49,7 +49,7 @@ def test_paper_settings_follow_the_caption():
     assert len(sparse) >= 3 and max(s.meta["density"] for s in sw) == 1.0
     for spec in (s for s in specs if s.meta["model"] == "S-Mixer"):
         assert mixer_omega(spec.meta["C"], spec.meta["S"]) == pytest.approx(2**16, rel=0.03)
-    cfg = build_config(sw[0].config)  # App. C.4's recipe, as D.1 names none
+    cfg = sw[0].config  # App. C.4's recipe, as D.1 names none
     assert (cfg.data.name, cfg.optim.name, cfg.optim.lr, cfg.schedule.epochs) == ("cifar10", "sgd", 0.02, 200)
     s = figs1.SPECTRA["paper"]  # "a = 1.5, Ω = 10^3 and performed 50 trials"
     assert (s.omega, s.centre, s.draws) == (1e3, 1.5, 50) and s.centre in s.alphas

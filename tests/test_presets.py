@@ -18,6 +18,7 @@ from pkmixer.experiments.preset import list_presets
 from pkmixer.experiments.report import write_report
 from pkmixer.experiments.presets import fig6 as fig6_module
 from pkmixer.experiments.presets.figs9 import block_fraction
+from pkmixer.train.config import TrainConfig
 from pkmixer.experiments.presets import tables3 as tables3_module
 from pkmixer.experiments.presets.tables3 import SETTINGS
 from pkmixer.models.registry import model_entry
@@ -56,18 +57,16 @@ def test_smoke_scale_runs_and_reports(name, tmp_path):
 
 @pytest.mark.parametrize("preset", list_presets(), ids=lambda p: p.name)
 def test_every_preset_builds_its_smoke_runs_and_configs(preset):
-    """Default tier, seconds: each registered preset (a new one included) builds its smoke runs, each a valid
-    config in the one model-section form presets write (flat model options beside ``name``, as build_config's
-    docstring and --set model.depth=4 spell them); a config.yaml in the resolved ``options:`` form normalises to
-    the same config, so sweeps written either way resume. Its data-set tables agree: every scale's default is
-    one it accepts, and what a scale accepts is among ``datasets``."""
+    """Default tier, seconds: each registered preset (a new one included) builds its smoke runs, each a typed
+    TrainConfig (one config source) that survives sweep.json and config.yaml: as_dict then build_config gives it
+    back. Its data-set tables agree: every scale's default is one it accepts, and what a scale accepts is among
+    ``datasets``."""
     specs = preset.runs("smoke", None)
     assert len({s.name for s in specs}) == len(specs)
     for spec in specs:
-        assert "options" not in spec.config["model"], spec.name
-        cfg = build_config(spec.config)
-        assert build_config(cfg.as_dict()) == cfg, spec.name
-        assert sweep_module._normalized(cfg.as_dict()) == sweep_module._normalized(spec.config), spec.name
+        cfg = spec.config
+        assert isinstance(cfg, TrainConfig) and build_config(cfg.as_dict()) == cfg, spec.name
+        assert sweep_module._normalized(build_config(cfg.as_dict())) == sweep_module._normalized(cfg), spec.name
     for scale in preset.scales:
         default = preset.default_dataset(scale)
         assert (default is None) == (not preset.datasets)
@@ -82,8 +81,8 @@ def test_every_preset_builds_its_smoke_runs_and_configs(preset):
 def test_dataset_override_and_refusals(name):
     preset = get_preset(name)
     specs = preset.runs("small", "digits")
-    assert {s.config["data"]["name"] for s in specs} == {"digits"}
-    assert {s.config["model"]["img_size"] for s in specs} == {8}
+    assert {s.config.data.name for s in specs} == {"digits"}
+    assert {s.config.model.options["img_size"] for s in specs} == {8}
     with pytest.raises(ConfigError, match="at scale paper runs on"):
         preset.runs("paper", "fashion-mnist" if name != "fig2d" else "digits")
     with pytest.raises(ConfigError, match="at scale smoke runs on digits"):
@@ -107,11 +106,11 @@ def test_every_run_is_a_valid_config_with_known_model_options(name, scale):
     specs = preset.runs(scale, None)
     assert len({s.name for s in specs}) == len(specs)
     for spec in specs:
-        cfg = build_config(spec.config)
+        cfg = spec.config
         assert set(cfg.model.options) <= set(model_entry(cfg.model.name).accepted()), spec.name
         assert cfg.run.seed == spec.meta["seed"]
-        if "structure_seed" in spec.config["model"]:
-            assert spec.config["model"]["structure_seed"] == spec.meta["seed"]
+        if "structure_seed" in spec.config.model.options:
+            assert spec.config.model.options["structure_seed"] == spec.meta["seed"]
 
 
 # ---- paper scale: App. C and Table S.2 -----------------------------------------------------------------------
@@ -134,20 +133,20 @@ def test_fig2_paper_settings():
     assert sorted({s.meta["size"] for s in mixers}) == [32, 64] and _seeds(specs) == [0, 1, 2]
     assert sorted({s.meta["density"] for s in sws}) == [2.0 ** -n for n in range(10, -1, -1)]
     for s in mixers:
-        assert s.config["model"]["depth"] == 3 and s.config["model"]["mlp_ratio"] == 2.0
+        assert s.config.model.options["depth"] == 3 and s.config.model.options["mlp_ratio"] == 2.0
     for s in sws:
-        assert s.config["model"]["depth"] == 6 and s.config["model"]["block"] == "mlp"
-        assert s.config["model"]["width"] == s.meta["size"] ** 2 and s.config["model"]["mlp_ratio"] == 2.0
-    assert _by(specs, size=32, model="MLP-Mixer")[0].config["model"]["num_tokens"] == 32
-    assert _by(specs, size=64, model="MLP-Mixer")[0].config["model"]["num_tokens"] is None  # S = S0 = 64
-    cfg = build_config(specs[0].config)
+        assert s.config.model.options["depth"] == 6 and s.config.model.options["block"] == "mlp"
+        assert s.config.model.options["width"] == s.meta["size"] ** 2 and s.config.model.options["mlp_ratio"] == 2.0
+    assert _by(specs, size=32, model="MLP-Mixer")[0].config.model.options["num_tokens"] == 32
+    assert _by(specs, size=64, model="MLP-Mixer")[0].config.model.options["num_tokens"] is None  # S = S0 = 64
+    cfg = specs[0].config
     assert (cfg.data.name, cfg.data.batch_size, cfg.data.auto_augment) == ("cifar10", 128, "cifar10")
     assert (cfg.optim.name, cfg.optim.lr, cfg.optim.betas[0], cfg.schedule.epochs) == ("adamw", 0.01, 0.9, 600)
 
     d = get_preset("fig2d").runs("paper", None)
-    assert sorted(s.config["model"]["name"] for s in d if s.meta["seed"] == 0) == ["shallow_kronecker_28",
+    assert sorted(s.config.model.name for s in d if s.meta["seed"] == 0) == ["shallow_kronecker_28",
                                                                                     "shallow_monarch_28"]
-    cfg = build_config(d[0].config)
+    cfg = d[0].config
     assert (cfg.data.name, cfg.optim.name, cfg.optim.lr, cfg.schedule.epochs) == ("mnist", "adamw", 0.01, 200)
     assert _seeds(d) == [0, 1, 2, 3, 4]
 
@@ -159,12 +158,12 @@ def test_fig4_paper_settings_are_app_c2():
     assert _seeds(specs) == [0, 1, 2, 3]
     for s in _by(specs, model="SW-MLP"):
         C, S = s.meta["C"], s.meta["S"]
-        assert s.config["model"]["width"] == C * S and s.config["model"]["density"] == (1 / C + 1 / S) / 2
-        assert s.config["model"]["depth"] == 6 and s.config["model"]["mlp_ratio"] == 2.0
+        assert s.config.model.options["width"] == C * S and s.config.model.options["density"] == (1 / C + 1 / S) / 2
+        assert s.config.model.options["depth"] == 6 and s.config.model.options["mlp_ratio"] == 2.0
     for s in _by(specs, model="MLP-Mixer"):
-        assert s.config["model"]["depth"] == 3
+        assert s.config.model.options["depth"] == 3
         assert abs(mixer_omega(s.meta["C"], s.meta["S"], 2.0) / 2**19 - 1) < 0.02
-    cfg = build_config(specs[0].config)
+    cfg = specs[0].config
     assert (cfg.optim.name, cfg.optim.lr, cfg.schedule.epochs, cfg.data.batch_size) == ("adamw", 0.01, 600, 128)
 
 
@@ -174,16 +173,16 @@ def test_fig6_paper_settings_follow_table_s2():
     omega21 = [(16, 504), (32, 346), (64, 226), (226, 64), (346, 32), (504, 16)]  # App. C.4
     assert _pairs(c10, "S-Mixer") == _pairs(c10, "RP S-Mixer") == omega21
     assert _seeds(c10) == [0, 1, 2, 3, 4]
-    cfg = build_config(c10[0].config)
+    cfg = c10[0].config
     assert (cfg.model.options["depth"], cfg.optim.name, cfg.optim.lr, cfg.data.batch_size, cfg.schedule.epochs) == \
         (12, "adamw", 0.02, 1024, 2000)
-    c100 = build_config(preset.runs("paper", "cifar100")[0].config)
+    c100 = preset.runs("paper", "cifar100")[0].config
     assert (c100.optim.name, c100.optim.lr, c100.optim.nesterov, c100.data.batch_size, c100.schedule.epochs) == \
         ("sgd", 0.1, True, 128, 600)
     stl = preset.runs("paper", "stl10")
     assert _pairs(stl, "S-Mixer") == [(16, 173), (32, 113), (48, 83), (83, 48), (113, 32), (173, 16)]
     assert _seeds(stl) == [0, 1, 2]
-    cfg = build_config(stl[0].config)
+    cfg = stl[0].config
     assert (cfg.optim.lr, cfg.schedule.epochs, cfg.data.resize, cfg.model.options["img_size"]) == (0.1, 2000, 32, 32)
 
     imagenet = preset.runs("paper", "imagenet")
@@ -191,7 +190,7 @@ def test_fig6_paper_settings_follow_table_s2():
     assert [p for p, _, _ in rows] == [7, 8, 14, 16, 28, 32] and all(C == 3 * p * p for p, C, _ in rows)
     assert (16, 768, 196) in rows  # the Mixer-B/16 baseline defines Ω
     assert all(abs(mixer_omega(C, S, 4.0) / fig6_module.IMAGENET_OMEGA - 1) < 0.1 for _, C, S in rows)
-    cfg = build_config(imagenet[0].config)
+    cfg = imagenet[0].config
     assert (cfg.model.options["depth"], cfg.model.options["mlp_ratio"], cfg.optim.lr, cfg.data.batch_size,
             cfg.schedule.epochs, cfg.schedule.warmup_epochs, cfg.schedule.min_lr) == (8, 4.0, 1e-3, 4096, 300, 5, 1e-5)
     assert (cfg.data.mixup, cfg.data.cutmix, cfg.data.label_smoothing, cfg.data.random_erasing) == (0.8, 1.0, 0.1, 0.25)
@@ -200,8 +199,8 @@ def test_fig6_paper_settings_follow_table_s2():
 def test_fig7_paper_settings_are_app_c6():
     specs = get_preset("fig7").runs("paper", None)
     assert sorted({s.meta["depth"] for s in specs}) == [4, 8, 12, 16, 20] and _seeds(specs) == [0, 1, 2]
-    assert {(s.config["model"]["embed_dim"], s.config["model"]["num_tokens"]) for s in specs} == {(128, 128)}
-    cfg = build_config(specs[0].config)
+    assert {(s.config.model.options["embed_dim"], s.config.model.options["num_tokens"]) for s in specs} == {(128, 128)}
+    cfg = specs[0].config
     assert (cfg.optim.name, cfg.optim.lr, cfg.optim.momentum, cfg.data.batch_size, cfg.schedule.epochs,
             cfg.data.crop_padding, cfg.data.hflip) == ("sgd", 0.02, 0.9, 128, 200, 4, True)
 
@@ -214,8 +213,8 @@ def test_table1_paper_settings_are_app_c3():
         described = {s.meta["model"]: (s.meta["P"], s.meta["S"], s.meta["C"], s.meta["gamma"], s.meta["blocks"])
                      for s in specs}
         assert described == {"Mixer-SS/8": (8, 16, 986, 4.0, 2), "Mixer-SS-W": (4, 64, 487, 4.0, 2)}
-        assert {s.meta["model"]: s.config["optim"]["lr"] for s in specs} == lrs
-        cfg = build_config(specs[0].config)
+        assert {s.meta["model"]: s.config.optim.lr for s in specs} == lrs
+        cfg = specs[0].config
         assert (cfg.optim.name, cfg.data.batch_size, cfg.schedule.epochs, cfg.data.auto_augment) == \
             ("adamw", 1024, 4000, "cifar10")
         assert _seeds(specs) == [0, 1, 2]
@@ -223,7 +222,7 @@ def test_table1_paper_settings_are_app_c3():
     described = {s.meta["model"]: (s.meta["P"], s.meta["S"], s.meta["C"], s.meta["blocks"]) for s in imagenet}
     assert described == {"Mixer-B/16": (16, 196, 768, 12), "Mixer-B-W": (14, 256, 588, 8)}
     assert {s.meta["max_width"] for s in imagenet if s.meta["model"] == "Mixer-B/16"} == {196 * 3072}
-    assert build_config(imagenet[0].config).model.options["norm_eps"] == 1e-5
+    assert imagenet[0].config.model.options["norm_eps"] == 1e-5
 
 
 def test_figs2_paper_settings_are_app_d2():
@@ -235,25 +234,25 @@ def test_figs2_paper_settings_are_app_d2():
         widths = sorted({s.meta["width"] for s in _by(specs, model="SW-MLP", omega=omega)})
         assert widths == sorted(swmlp_width(omega, p, 4.0) for p in (0.1, 0.3, 0.5, 0.7, 0.9))
     assert _by(specs, model="MLP-Mixer", omega=2**18, C=16)[0].meta["S"] == 83
-    assert {s.config["model"]["depth"] for s in specs} == {8} and {s.config["optim"]["lr"] for s in specs} == {0.1}
-    assert {s.config["model"]["mlp_ratio"] for s in specs} == {4.0}
+    assert {s.config.model.options["depth"] for s in specs} == {8} and {s.config.optim.lr for s in specs} == {0.1}
+    assert {s.config.model.options["mlp_ratio"] for s in specs} == {4.0}
 
 
 def test_figs3_paper_settings_keep_m_fixed():
     specs = get_preset("figs3").runs("paper", None)
     assert {s.meta["C"] * s.meta["S"] for s in specs} == {4096}
     assert sorted({s.meta["C"] for s in specs}) == [16, 32, 64, 128, 256]
-    peak = _by(specs, omega=2**20, C=64)[0].config["model"]["mlp_ratio"]
+    peak = _by(specs, omega=2**20, C=64)[0].config.model.options["mlp_ratio"]
     assert peak == pytest.approx(4.0) == pytest.approx(gamma_at_width(2**20, 4096, 64))  # S.46: Ω/(m√m)
     assert _by(specs, omega=2**20, C=16)[0].meta["gamma"] == _by(specs, omega=2**20, C=256)[0].meta["gamma"]
 
 
 def test_figs4_paper_settings_are_app_d5():
     specs = get_preset("figs4").runs("paper", None)
-    variants = {json.dumps(s.config["model"]["rp_blocks"]) for s in specs}
+    variants = {json.dumps(s.config.model.options["rp_blocks"]) for s in specs}
     assert variants == {"null", "[0]", "[1]", "[2]", "[3]", '"all"'}
-    assert {(s.config["model"]["depth"], s.config["model"]["embed_dim"]) for s in specs} == {(4, 64)}
-    cfg = build_config(specs[0].config)
+    assert {(s.config.model.options["depth"], s.config.model.options["embed_dim"]) for s in specs} == {(4, 64)}
+    cfg = specs[0].config
     assert (cfg.optim.lr, cfg.schedule.epochs, cfg.model.options["num_tokens"]) == (0.02, 200, None)
 
 
@@ -261,12 +260,12 @@ def test_figs5_paper_settings_are_app_d6():
     preset = get_preset("figs5")
     cifar = preset.runs("paper", "cifar10")
     assert sorted({s.meta["patch"] for s in cifar}) == [1, 2, 4, 8, 16, 32] and _seeds(cifar) == [0, 1, 2]
-    assert {(s.config["model"]["embed_dim"], s.config["model"]["num_tokens"], s.config["model"]["depth"])
+    assert {(s.config.model.options["embed_dim"], s.config.model.options["num_tokens"], s.config.model.options["depth"])
             for s in cifar} == {(64, 64, 4)}
     assert _by(cifar, patch=4)[0].meta["C0"] == 48
     stl = preset.runs("paper", "stl10")
     assert sorted({s.meta["patch"] for s in stl}) == [1, 3, 6, 10, 18, 30] and _seeds(stl) == [0, 1, 2, 3, 4]
-    cfg = build_config(stl[0].config)
+    cfg = stl[0].config
     assert (cfg.model.options["img_size"], cfg.data.resize, cfg.schedule.epochs, cfg.optim.lr) == (90, 90, 400, 0.1)
     assert _by(stl, patch=6)[0].meta["C0"] == 108
 
@@ -276,13 +275,13 @@ def test_figs6_figs7_figs8_paper_settings_are_app_d7():
     pairs = [(16, 173), (32, 113), (64, 64), (114, 32), (173, 16)]
     assert _pairs(s6, "S-Mixer") == _pairs(s6, "RP S-Mixer") == _pairs(s7, "MLP-Mixer") == pairs
     assert _seeds(s6) == _seeds(s7) == [0, 1, 2, 3, 4]
-    c6, c7 = build_config(s6[0].config), build_config(s7[0].config)
+    c6, c7 = s6[0].config, s7[0].config
     assert (c6.optim.lr, c6.schedule.epochs, c6.model.options["depth"], c6.data.batch_size) == (0.1, 600, 8, 128)
     assert (c7.optim.lr, c7.data.batch_size, c7.data.auto_augment, c7.model.options["mlp_ratio"]) == \
         (0.1, 256, "cifar10", 4.0)
     s8 = get_preset("figs8").runs("paper", None)
-    c8 = build_config(s8[0].config)
-    assert sorted(s.config["model"]["name"] for s in s8 if s.meta["seed"] == 0) == ["mixer_s64_32", "rp_mixer_s64_32"]
+    c8 = s8[0].config
+    assert sorted(s.config.model.name for s in s8 if s.meta["seed"] == 0) == ["mixer_s64_32", "rp_mixer_s64_32"]
     assert (c8.optim.name, c8.optim.lr, c8.data.batch_size, c8.schedule.epochs, c8.data.auto_augment) == \
         ("adamw", 0.01, 256, 600, "cifar10")
     assert _seeds(s8) == [0, 1, 2, 3, 4]
@@ -492,8 +491,8 @@ def test_fig5_medium_adds_the_epoch_doubling_check(tmp_path):
     by_name = {s.name: s for s in specs}
     for spec in doubled:
         base = by_name[spec.meta["doubles"]]
-        assert spec.config["schedule"]["epochs"] == 2 * base.config["schedule"]["epochs"] == 20
-        assert spec.config["model"] == base.config["model"] and spec.meta["seed"] == 0
+        assert spec.config.schedule.epochs == 2 * base.config.schedule.epochs == 20
+        assert spec.config.model == base.config.model and spec.meta["seed"] == 0
     assert {(s.meta["model"], s.meta["width"]) for s in doubled} == {
         ("S-Mixer", 504), ("S-Mixer", 1024), ("RP S-Mixer", 504), ("RP S-Mixer", 1024), ("SW-MLP", 181),
         ("SW-MLP", 1024)}

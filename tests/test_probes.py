@@ -12,12 +12,13 @@ from pkmixer.errors import ConfigError
 from pkmixer.experiments import get_preset
 from pkmixer.experiments.probes import ridge_error, run_probes
 from pkmixer.experiments.sweep import RunSpec, load_rows, run_sweep
+from pkmixer.train.config import build_config
 from pkmixer.train.rundir import RunDir
 
 TINY = {"model": {"name": "mixer_t4_28", "img_size": 8, "patch_size": 2, "in_chans": 1, "depth": 1, "embed_dim": 8},
         "data": {"name": "digits", "batch_size": 50, "train_subset": 300, "test_subset": 200},
         "optim": {"name": "adamw", "lr": 0.005}, "schedule": {"epochs": 1}, "run": {"progress": False, "seed": 0}}
-PROBED = RunSpec("a", TINY, {"seed": 0}, ("fewshot5", "top5"))
+PROBED = RunSpec("a", build_config(TINY), {"seed": 0}, ("fewshot5", "top5"))
 
 
 def quiet(_: str) -> None:
@@ -112,7 +113,7 @@ def test_suppa1_decides_no_help_help_and_undecided(tmp_path):
 def test_suppa1_runs_are_the_supplements_modifications():
     specs = get_preset("suppa1").runs("medium", "fashion-mnist")
     assert len(specs) == 25 and all(s.probes == ("fewshot5", "top5") for s in specs)
-    options = {s.meta["model"]: s.config["model"] for s in specs if s.meta["seed"] == 0}
+    options = {s.meta["model"]: s.config.model.options for s in specs if s.meta["seed"] == 0}
     assert options["untied"]["untied_tokens"] is True and options["grouped"]["channel_groups"] == 4
     assert options["views"]["group_views"] is True and options["pyramid"]["token_schedule"][0] == 49
-    assert options["pyramid"]["token_schedule"][-1] == 16 and {s.config["data"].get("train_subset") for s in specs} == {None}
+    assert options["pyramid"]["token_schedule"][-1] == 16 and {s.config.data.train_subset for s in specs} == {None}

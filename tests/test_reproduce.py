@@ -147,9 +147,10 @@ def test_paper_scale_settings():
     assert sorted(s.meta["width"] for s in specs if s.meta["model"] == "SW-MLP" and s.meta["seed"] == 0) == \
         [540, 612, 724, 935, 1619]
     config = specs[0].config
-    assert config["optim"] == {"name": "sgd", "lr": 0.02, "momentum": 0.9, "nesterov": True, "weight_decay": 0.0}
-    assert config["schedule"]["epochs"] == 200 and config["data"]["batch_size"] == 128
-    assert config["data"]["resize"] == 32 and config["model"]["depth"] == 8
+    o = config.optim
+    assert (o.name, o.lr, o.momentum, o.nesterov, o.weight_decay) == ("sgd", 0.02, 0.9, True, 0.0)
+    assert config.schedule.epochs == 200 and config.data.batch_size == 128
+    assert config.data.resize == 32 and config.model.options["depth"] == 8
     assert {s.meta["seed"] for s in specs} == {0, 1, 2}
 
 
@@ -188,8 +189,8 @@ def test_fashion_mnist_falls_back_to_digits_when_absent(monkeypatch):
     monkeypatch.setattr(rep, "_available", absent)
     lines = []
     dataset, specs = rep.preset_runs(get_preset("fig5"), "small", None, None, check=True, log=lines.append)
-    assert dataset == "digits" and {s.config["data"]["name"] for s in specs} == {"digits"}
-    assert {s.config["model"]["img_size"] for s in specs} == {8}
+    assert dataset == "digits" and {s.config.data.name for s in specs} == {"digits"}
+    assert {s.config.model.options["img_size"] for s in specs} == {8}
     assert len(lines) == 1 and "using scikit-learn's bundled digits instead" in lines[0]
     with pytest.raises(ConfigError, match="Fashion-MNIST not found"):
         rep.preset_runs(get_preset("fig5"), "small", "fashion-mnist", None, check=True, log=lines.append)

@@ -88,7 +88,7 @@ def _settings_rows() -> list[str]:
         for dataset in (None, "imagenet") if "imagenet" in getattr(preset, "datasets", ()) else (None,):
             specs += preset.runs("paper", dataset)
         for spec in specs:
-            c = build_config(spec.config)
+            c = spec.config
             d, o, s, r = c.data, c.optim, c.schedule, c.run
             aug = [f"crop pad {d.crop_padding}"] if d.crop_padding is not None else []
             aug += ["flip"] if d.hflip else []

@@ -21,7 +21,7 @@ def spec(name: str, seed: int = 0, **sections) -> RunSpec:
     for section, values in sections.items():
         config[section].update(values)
     config["run"]["seed"] = seed
-    return RunSpec(name, config, {"seed": seed, "family": "tiny"})
+    return RunSpec(name, build_config(config), {"seed": seed, "family": "tiny"})
 
 
 def quiet(_: str) -> None:
@@ -36,7 +36,7 @@ def _table(sweep_dir):
 def test_rows_skip_and_resume(tmp_path):
     specs = [spec("a", 0), spec("b", 1), spec("c", 2)]
     # b: interrupted after its first epoch (resumable); c: created, killed before its first checkpoint
-    loop.train(build_config(specs[1].config), tmp_path / "runs" / "b", stop_after=1, log=quiet)
+    loop.train(specs[1].config, tmp_path / "runs" / "b", stop_after=1, log=quiet)
     (tmp_path / "runs" / "c").mkdir(parents=True)
     (tmp_path / "runs" / "c" / "config.yaml").write_text("model: {}\n")
 
@@ -49,7 +49,7 @@ def test_rows_skip_and_resume(tmp_path):
     assert _table(tmp_path) == rows == load_rows(tmp_path)
     assert (tmp_path / "results.csv").read_text().count("\n") == 4
     # the resumed run equals an uninterrupted one (exact on CPU)
-    loop.train(build_config(specs[1].config), tmp_path / "straight", log=quiet)
+    loop.train(specs[1].config, tmp_path / "straight", log=quiet)
     a = read_checkpoint(tmp_path / "straight" / "checkpoints" / "latest.pt")["state_dict"]
     b = read_checkpoint(tmp_path / "runs" / "b" / "checkpoints" / "latest.pt")["state_dict"]
     assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)  # bitwise only at equal thread counts
@@ -67,8 +67,9 @@ def test_refusals(tmp_path):
     cases = [
         ([spec("a", optim={"lr": 0.1})], "another config (optim.lr"),
         ([spec("x"), spec("x")], "appears twice"),
-        ([RunSpec("../up", TINY, {})], "directory name"),
-        ([RunSpec("m", TINY, {"status": 1})], "reserved"),
+        ([RunSpec("../up", build_config(TINY), {})], "directory name"),
+        ([RunSpec("m", build_config(TINY), {"status": 1})], "reserved"),
+        ([RunSpec("m", TINY, {})], "its config must be a TrainConfig"),
         ([spec("n", model={"depth": 0})], "run n: depth must be a positive integer"),
         ([spec("o", model={"colour": 1})], "unknown option"),
         ([spec("p", data={"name": "auto"})], "data.name=auto"),
@@ -117,7 +118,7 @@ def test_ray_backend(tmp_path):
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         specs = [spec("a", 0), spec("b", 1)]
-        loop.train(build_config(specs[1].config), tmp_path / "runs" / "b", stop_after=1, log=quiet)
+        loop.train(specs[1].config, tmp_path / "runs" / "b", stop_after=1, log=quiet)
         lines = []
         rows = run_sweep(specs, tmp_path, backend="ray", log=lines.append)
         assert [(r["run"], r["status"], r["epochs"]) for r in rows] == [("a", "finished", 2), ("b", "finished", 2)]

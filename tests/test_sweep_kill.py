@@ -31,8 +31,9 @@ if __name__ == "__mp_main__":
 if __name__ == "__main__":
     import json
     from pkmixer.experiments.sweep import RunSpec, run_sweep
+    from pkmixer.train.config import build_config
 
-    specs = [RunSpec(**s) for s in json.loads(os.environ["KILL_TEST_SPECS"])]
+    specs = [RunSpec(s["name"], build_config(s["config"]), s["meta"]) for s in json.loads(os.environ["KILL_TEST_SPECS"])]
     run_sweep(specs, sys.argv[1], workers=2, threads=1, progress=False)
 """
 
@@ -103,7 +104,7 @@ def _kill_driver(tmp_path: Path, moment: str, quiet_s: float) -> dict:
     specs = [spec(f"r{i}", i, schedule={"epochs": 3}) for i in range(4)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "KILL_TEST_MARKS": str(marks),
            "KILL_TEST_PAUSE": "5" if moment == "importing" else "0",
-           "KILL_TEST_SPECS": json.dumps([{"name": s.name, "config": s.config, "meta": s.meta} for s in specs])}
+           "KILL_TEST_SPECS": json.dumps([{"name": s.name, "config": s.config.as_dict(), "meta": s.meta} for s in specs])}
     with open(tmp_path / "driver.err", "w") as err:
         proc = subprocess.Popen([sys.executable, str(driver), str(sweep)], env=env, start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=err)

@@ -41,6 +41,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from ..errors import ConfigError, check_positive_int, unknown_name
+from ..train.config import TrainConfig
 from .sweep import RunSpec
 
 SCALES = ("paper", "medium", "small", "smoke")
@@ -129,15 +130,11 @@ class Preset(ABC):
         n = self.seeds_override if self.seeds_override is not None else self.default_seeds[self.check_scale(scale)]
         return list(range(n))
 
-    def seeded(self, name: str, config: dict[str, Any], meta: dict[str, Any], scale: str,
+    def seeded(self, name: str, config: TrainConfig, meta: dict[str, Any], scale: str,
                probes: tuple[str, ...] = ()) -> list[RunSpec]:
         """One RunSpec per seed of :meth:`seed_list`: ``<name>-s<seed>`` with run.seed and meta["seed"] set."""
-        specs = []
-        for seed in self.seed_list(scale):
-            cfg = copy.deepcopy(config)
-            cfg.setdefault("run", {})["seed"] = seed
-            specs.append(RunSpec(f"{name}-s{seed}", cfg, {**meta, "seed": seed}, probes))
-        return specs
+        return [RunSpec(f"{name}-s{seed}", config.override({"run.seed": seed}), {**meta, "seed": seed}, probes)
+                for seed in self.seed_list(scale)]
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "title": self.title, "claim": self.claim, "source": self.source,

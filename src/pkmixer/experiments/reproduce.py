@@ -74,9 +74,8 @@ def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, da
     dataset, specs = preset_runs(preset, scale, dataset, data_dir, check=backend == "local", log=log)
     if seeds is not None and specs and len(seeds_in(specs)) != seeds:
         raise ConfigError(f"preset {name} does not vary its seeds; drop --seeds")
-    if data_dir is not None:  # new configs: a preset's dicts may be shared between its runs or module-level
-        specs = [dataclasses.replace(s, config={**s.config, "data": {**s.config.get("data", {}),
-                                                                     "data_dir": str(data_dir)}}) for s in specs]
+    if data_dir is not None:
+        specs = [dataclasses.replace(s, config=s.config.override({"data.data_dir": str(data_dir)})) for s in specs]
     sweep_dir = Path(out) if out is not None else default_out(name, scale, dataset)
     info = {"preset": name, "scale": scale, "dataset": dataset, "seeds": seeds,
             "command": command_line(name, scale, dataset, seeds)}

@@ -47,6 +47,7 @@ from typing import Any
 
 from ..atomic import write_text_atomically
 from ..errors import ConfigError, unknown_name
+from ..train.config import TrainConfig, build_config, load_yaml
 from ..train.rundir import RunDir, hold_lock
 from .probes import check_probes, missing_probes, probe_columns, read_probes, run_probes
 
@@ -65,7 +66,7 @@ class RunSpec:
     """One run of a sweep: its directory is ``<sweep_dir>/runs/<name>``."""
 
     name: str  # unique within the sweep; letters, digits and . _ = + -
-    config: dict[str, Any]  # nested preset for pkmixer.train.config.build_config (model/data/optim/schedule/run)
+    config: TrainConfig  # the run's whole training configuration (pkmixer.train.config.build_config)
     meta: dict[str, Any] = field(default_factory=dict)  # the results table's columns, e.g. {"model": ..., "seed": 0}
     probes: tuple[str, ...] = ()  # what to measure on the finished model (pkmixer.experiments.probes)
 
@@ -111,11 +112,9 @@ def write_results(sweep_dir: Path, rows: Sequence[dict]) -> None:
 # ---- specs ----------------------------------------------------------------------------------------------
 
 
-def _normalized(config: dict[str, Any]) -> dict[str, Any]:
-    """The resolved config as a plain dict, without the keys that do not change a result."""
-    from ..train.config import build_config
-
-    resolved = build_config(config).as_dict()
+def _normalized(config: TrainConfig) -> dict[str, Any]:
+    """The config as a plain dict, without the keys that do not change a result."""
+    resolved = config.as_dict()
     for section, key in NEUTRAL_KEYS:
         resolved[section].pop(key, None)
     return resolved
@@ -136,7 +135,6 @@ def check_specs(specs: Sequence[RunSpec]) -> dict[str, dict[str, Any]]:
     import torch
 
     from ..models.registry import create_model
-    from ..train.config import build_config
 
     seen: dict[str, dict[str, Any]] = {}
     built: set[str] = set()  # models already checked (the seeds of a point share one)
@@ -154,8 +152,11 @@ def check_specs(specs: Sequence[RunSpec]) -> dict[str, dict[str, Any]]:
             json.dumps(spec.meta)
         except TypeError as err:
             raise ConfigError(f"run {spec.name}: meta must be JSON values ({err})") from None
+        if not isinstance(spec.config, TrainConfig):
+            raise ConfigError(f"run {spec.name}: its config must be a TrainConfig (pkmixer.train.config.build_config), "
+                              f"not a {type(spec.config).__name__}")
         try:
-            cfg = build_config(spec.config)
+            cfg = spec.config
             if cfg.data.name == "auto":
                 raise ConfigError("data.name=auto is resolved before a sweep; name the data set")
             key = json.dumps([cfg.model.name, cfg.model.options], sort_keys=True, default=str)
@@ -174,7 +175,7 @@ def check_specs(specs: Sequence[RunSpec]) -> dict[str, dict[str, Any]]:
 
 
 def _spec_dict(spec: RunSpec) -> dict[str, Any]:
-    return {"name": spec.name, "config": spec.config, "meta": spec.meta, "probes": list(spec.probes)}
+    return {"name": spec.name, "config": spec.config.as_dict(), "meta": spec.meta, "probes": list(spec.probes)}
 
 
 def read_sweep(sweep_dir: Path) -> dict[str, Any]:
@@ -184,8 +185,9 @@ def read_sweep(sweep_dir: Path) -> dict[str, Any]:
         raise ConfigError(f"{sweep_dir} is not a sweep directory (no sweep.json)")
     try:
         data = json.loads(path.read_text())
-        specs = [RunSpec(s["name"], s["config"], s["meta"], tuple(s.get("probes", ()))) for s in data["specs"]]
-    except (ValueError, KeyError, TypeError) as err:
+        specs = [RunSpec(s["name"], build_config(s["config"]), s["meta"], tuple(s.get("probes", ())))
+                 for s in data["specs"]]
+    except (ValueError, KeyError, TypeError, ConfigError) as err:
         raise ConfigError(f"{path} is not a sweep file ({err})") from None
     return {"info": data.get("info", {}), "specs": specs}
 
@@ -265,13 +267,12 @@ def load_rows(sweep_dir: Path) -> list[dict]:
 # ---- one run (in a worker process, a Ray task or this process) ------------------------------------------
 
 
-def execute_run(name: str, config: dict[str, Any], run_dir: str, log_path: str, probes: Sequence[str],
+def execute_run(name: str, config: TrainConfig, run_dir: str, log_path: str, probes: Sequence[str],
                 threads: int | None) -> dict:
     """Train, resume or skip one run, then run the ``probes`` it still lacks on its finished model; never raises
     for a failed run: returns {"name", "status", "error"}."""
     import torch
 
-    from ..train.config import build_config
     from ..train.loop import TrainingDiverged, train
 
     run = Path(run_dir)
@@ -296,7 +297,7 @@ def execute_run(name: str, config: dict[str, Any], run_dir: str, log_path: str, 
                 train(None, run, resume=True, log=log)
             else:  # a directory killed before its first checkpoint starts afresh (train's resume does that)
                 log(f"--- starting {name}")
-                train(build_config(config), run, resume=run.exists(), log=log)
+                train(config, run, resume=run.exists(), log=log)
             if probes and run_status(run) == "finished":
                 run_probes(run, probes, log)
         except TrainingDiverged as err:
@@ -475,14 +476,12 @@ class _Lock:
 def _check_existing(sweep: SweepDir, specs: Sequence[RunSpec], normalized: dict[str, dict]) -> None:
     """Refuse a run whose directory holds results made with another config (a run without a checkpoint
     starts afresh, so its config does not matter)."""
-    from ..train.config import load_yaml
-
     for spec in specs:
         run = RunDir(sweep.run(spec.name))
         started = run.summary.is_file() or run.latest.is_file()
         if not (started and run.config.is_file()):
             continue
-        theirs = _normalized(load_yaml(run.config))
+        theirs = _normalized(build_config(load_yaml(run.config)))
         if theirs != normalized[spec.name]:
             raise ConfigError(f"run {spec.name} in {sweep.root} was made with another config "
                               f"({_difference(normalized[spec.name], theirs)} in {run.config}); "

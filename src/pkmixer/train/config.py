@@ -101,6 +101,10 @@ class TrainConfig:
     def as_dict(self) -> dict[str, Any]:
         return _plain(dataclasses.asdict(self))
 
+    def override(self, overrides: dict[str, Any]) -> TrainConfig:
+        """This config with dotted ``overrides`` ({"run.seed": 1, "model.depth": 4}), checked as ``--set`` is."""
+        return build_config(None, overrides, base=self)
+
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "optim": OptimConfig, "schedule": ScheduleConfig,
             "run": RunConfig}

@@ -28,6 +28,8 @@ Scales:
 """
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -195,8 +197,7 @@ class FigS7(_Overfitting):
     def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         specs = super().build(scale, dataset)
         if scale != "paper":  # AutoAugment at every scale (the smoke digits too: it exercises the path)
-            for spec in specs:
-                spec.config["data"]["auto_augment"] = "cifar10"
+            specs = [dataclasses.replace(s, config=s.config.override({"data.auto_augment": "cifar10"})) for s in specs]
         return specs
 
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:

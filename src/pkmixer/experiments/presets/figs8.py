@@ -60,8 +60,8 @@ class FigS8(Preset):
         specs = []
         for family, (model, tag) in FAMILIES.items():
             tokens = None if width == (recipe.image["img_size"] // recipe.image["patch_size"]) ** 2 else width
-            config = recipe.config({"name": model, "depth": depth, "embed_dim": width, "num_tokens": tokens})
-            config["data"]["auto_augment"] = "cifar10"
+            config = recipe.config({"name": model, "depth": depth, "embed_dim": width, "num_tokens": tokens},
+                                   {"data.auto_augment": "cifar10"})
             meta = {"dataset": dataset, "model": family, "C": width, "S": width}
             specs += self.seeded(tag, config, meta, scale)
         return recipes.seed_structures(specs)

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...train.config import TrainConfig, build_config
 from ..preset import Preset
 from ..sweep import RunSpec
 
@@ -64,11 +65,13 @@ class Recipe:
     image: dict[str, Any] = field(default_factory=dict)  # img_size, patch_size, in_chans model options
     schedule: dict[str, Any] = field(default_factory=dict)  # schedule settings beyond the epochs, e.g. min_lr
 
-    def config(self, model: dict[str, Any]) -> dict[str, Any]:
-        """The nested config of one run: ``model`` (name and options) on top of this recipe's image geometry."""
-        return {"model": {**self.image, **model}, "data": copy.deepcopy(self.data), "optim": dict(self.optim),
-                "schedule": {"epochs": self.epochs, "warmup_epochs": self.warmup_epochs, **self.schedule},
-                "run": {"progress": False}}
+    def config(self, model: dict[str, Any], overrides: dict[str, Any] | None = None) -> TrainConfig:
+        """The typed config of one run: ``model`` (name and options) on top of this recipe's image geometry, then
+        the dotted ``overrides`` of an experiment's departures ({"data.auto_augment": "cifar10"})."""
+        return build_config({"model": {**self.image, **model}, "data": copy.deepcopy(self.data),
+                             "optim": dict(self.optim),
+                             "schedule": {"epochs": self.epochs, "warmup_epochs": self.warmup_epochs, **self.schedule},
+                             "run": {"progress": False}}, overrides)
 
     def replace(self, **changes: Any) -> Recipe:
         return dataclasses.replace(self, **changes)
@@ -136,8 +139,7 @@ def medium(dataset: str, epochs: int = MEDIUM_EPOCHS, optim: dict[str, Any] = SM
 def doubled(spec: RunSpec) -> RunSpec:
     """``spec`` trained for twice its epochs, named ``<name>-2x`` with ``meta["doubles"]`` = its name: the
     convergence check of medium scale (doubling the epochs should move the test error by < 0.5 points)."""
-    config = copy.deepcopy(spec.config)
-    config["schedule"]["epochs"] *= 2
+    config = spec.config.override({"schedule.epochs": 2 * spec.config.schedule.epochs})
     return dataclasses.replace(spec, name=f"{spec.name}-2x", config=config, meta={**spec.meta, "doubles": spec.name})
 
 
@@ -171,9 +173,7 @@ def paper_seeds(preset: Preset, scale: str, count: int) -> Preset:
 def seed_structures(specs: list[RunSpec]) -> list[RunSpec]:
     """Each seed draws its own frozen permutations and masks too (``model.structure_seed`` = the run's seed):
     in the paper they are sampled at initialisation, like the weights (Sec. 5.2, App. A.2.3, A.2.5)."""
-    for spec in specs:
-        spec.config["model"]["structure_seed"] = spec.meta["seed"]
-    return specs
+    return [dataclasses.replace(s, config=s.config.override({"model.structure_seed": s.meta["seed"]})) for s in specs]
 
 
 def power_label(value: float) -> str:

@@ -150,8 +150,9 @@ class Table1(Preset):
             lr = options.pop("lr", None)
             config = recipe.config(options)
             if lr is not None:
-                config["optim"]["lr"] = lr
-            meta = {"dataset": dataset, "model": label, **_describe(config["model"])}
+                config = config.override({"optim.lr": lr})
+            meta = {"dataset": dataset, "model": label,
+                    **_describe({"name": config.model.name, **config.model.options})}
             tag = label.lower().replace("/", "").replace("-", "")
             specs += self.seeded(tag, config, meta, scale)
         return specs
