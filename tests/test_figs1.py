@@ -14,7 +14,6 @@ from pkmixer.experiments.report import write_report
 from pkmixer.models.registry import model_entry
 from pkmixer.theory.spectrum import alpha_scaling_singular_values, alpha_sweep
 from pkmixer.theory.width import mixer_omega
-from pkmixer.train.config import build_config
 
 PRESET = get_preset("figs1")
 CHEAP = figs1._Spectrum(100.0, (0.0, 0.5, 1.0, 1.5), 1.5, 5)  # 5 draws decide a 90 % rule, in a second

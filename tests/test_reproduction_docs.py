@@ -80,7 +80,6 @@ def _batched(cfg) -> bool:
 def _settings_rows() -> list[str]:
     """The rows of docs/reproduction.md's paper-scale settings table, rebuilt from the presets' run configs."""
     from pkmixer.experiments.preset import list_presets
-    from pkmixer.train.config import build_config
 
     rows: list[str] = []
     for preset in list_presets():

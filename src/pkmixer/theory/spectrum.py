@@ -253,9 +253,9 @@ def lambda_max_sweep(omega: str | int | float, gamma: float = 1.0, widths: Seque
                      seeds: int = 3, seed: int = 0) -> list[dict]:
     """λ_max of SW-MLP weights against width at fixed Ω (Fig. 4 right).
 
-    One row per width m, with p = Ω/(γm²), q = √(pm), the empirical λ_max over ``seeds`` draws
-    (``lambda_max_mean``, ``lambda_max_std``), the prediction ``sqrt_l_plus`` = √L₊ (Eqs. 17-18) and the
-    Mixer's ``c_gamma`` = 1 + √γ.
+    One row per width m, with p = Ω/(γm²), q = √(pm), the empirical λ_max of each of ``seeds`` draws
+    (``lambda_max_draws``; draw k uses seed ``seed + k`` at every width) with their mean and std, the prediction
+    ``sqrt_l_plus`` = √L₊ (Eqs. 17-18) and the Mixer's ``c_gamma`` = 1 + √γ.
     """
     omega, gamma = float(parse_omega(omega)), check_positive("γ (gamma)", gamma)
     widths = default_widths(omega, gamma) if widths is None else list(widths)
@@ -265,7 +265,8 @@ def lambda_max_sweep(omega: str | int | float, gamma: float = 1.0, widths: Seque
     for m in widths:
         p = density_at_width(omega, m, gamma)
         tops = [largest_singular_value(swmlp_weight(m, p, gamma, seed + k)) for k in _seed_range(seeds)]
-        rows.append({"m": m, "p": p, "q": math.sqrt(p * m), "lambda_max_mean": float(np.mean(tops)),
+        rows.append({"m": m, "p": p, "q": math.sqrt(p * m), "lambda_max_draws": [float(t) for t in tops],
+                     "lambda_max_mean": float(np.mean(tops)),
                      "lambda_max_std": float(np.std(tops)), "sqrt_l_plus": math.sqrt(l_plus(m, p, gamma)),
                      "c_gamma": c_gamma(gamma)})
     return rows

@@ -37,11 +37,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import math
 
 import numpy as np
 
-from ...theory.spectrum import c_gamma, density_at_width, l_plus, largest_singular_value, swmlp_weight
+from ...theory.spectrum import lambda_max_sweep
 from ...theory.width import mixer_omega, symmetric_pairs
 from ..preset import Analysis, Preset, register_preset
 from ..stats import (Rule, aggregate, bootstrap_verdict, difference_verdict, format_mean_std, overall,
@@ -153,15 +152,10 @@ class Fig4(Preset):
 
 
 def _spectrum(omega: int, widths: list[int], draws: int) -> tuple[list[dict], np.ndarray]:
-    """:func:`pkmixer.theory.spectrum.lambda_max_sweep`'s rows (the same draws: seed k at every width) and the
-    λ_max of every draw, shape (draws, widths), which the verdict resamples."""
-    density = {m: density_at_width(omega, m, GAMMA) for m in widths}
-    tops = np.array([[largest_singular_value(swmlp_weight(m, density[m], GAMMA, k)) for m in widths]
-                     for k in range(draws)])
-    rows = [{"m": m, "p": density[m], "q": math.sqrt(density[m] * m), "lambda_max_mean": float(np.mean(tops[:, i])),
-             "lambda_max_std": float(np.std(tops[:, i])), "sqrt_l_plus": math.sqrt(l_plus(m, density[m], GAMMA)),
-             "c_gamma": c_gamma(GAMMA)} for i, m in enumerate(widths)]
-    return rows, tops
+    """:func:`pkmixer.theory.spectrum.lambda_max_sweep`'s rows (seed k at every width) and the λ_max of every
+    draw, shape (draws, widths), which the verdict resamples."""
+    rows = lambda_max_sweep(omega, GAMMA, widths, seeds=draws)
+    return rows, np.array([r["lambda_max_draws"] for r in rows]).T
 
 
 def _spectrum_figure(rows: list[dict], omega: int):
