@@ -110,6 +110,33 @@ def test_stop_and_resume_is_exact_tiny(tmp_path):
     assert _metrics(tmp_path / "straight") == _metrics(tmp_path / "pieces")
 
 
+def test_resume_keeps_the_thread_count_the_run_was_checkpointed_with(tmp_path, monkeypatch):
+    """CPU results are bit-exact only at one thread count, and the default count follows the load: a resume
+    without an explicit count takes the one the checkpoint records, and says so; an explicit one wins."""
+    cfg = build_config(None, {**SYNTH, "schedule.epochs": 3, "data.train_subset": 64, "data.test_subset": 32})
+    seen = []
+    real_epoch = engine.StepEngine.train_epoch
+
+    def recording(self, epoch):
+        seen.append(torch.get_num_threads())
+        return real_epoch(self, epoch)
+
+    monkeypatch.setattr(engine.StepEngine, "train_epoch", recording)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        loop.train(cfg, tmp_path / "run", stop_after=1, log=quiet)
+        assert read_checkpoint(tmp_path / "run" / "checkpoints" / "latest.pt")["threads"] == 1
+        torch.set_num_threads(2)  # the load changed between the invocations
+        lines = []
+        loop.train(None, tmp_path / "run", resume=True, stop_after=1, log=lines.append)
+        assert seen == [1, 1] and any("torch threads: 1, the count the run was checkpointed with" in x for x in lines)
+        loop.train(None, tmp_path / "run", resume=True, log=quiet, threads=2)
+        assert seen == [1, 1, 2]
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.slow  # a kill test: a subprocess SIGKILLed mid-epoch
 def test_sigkill_mid_epoch_then_resume_is_exact(tmp_path):
     overrides = {**SYNTH, "schedule.epochs": 3, "data.batch_size": 16}

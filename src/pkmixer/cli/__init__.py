@@ -88,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         torch.set_num_threads(_threads(args.threads))
+        # a count the user chose (not the load-dependent default): `train --resume` keeps the run's own otherwise
+        args.threads_chosen = args.threads is not None or bool(os.environ.get(THREADS_ENV, "").strip())
         seed = getattr(args, "seed", None)
         if seed is not None and not 0 <= seed <= MAX_SEED:
             raise ConfigError(f"--seed must lie in [0, {MAX_SEED}], got {seed}")

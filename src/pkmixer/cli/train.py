@@ -32,7 +32,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not args.resume:
         preflight(cfg, run_dir)
     try:
-        summary = train(cfg, run_dir, resume=args.resume, stop_after=args.stop_after)
+        import torch
+
+        summary = train(cfg, run_dir, resume=args.resume, stop_after=args.stop_after,
+                        threads=torch.get_num_threads() if args.threads_chosen else None)
     except TrainingDiverged as err:
         sys.stderr.write(f"pkmixer train: {err}\n")
         return 1

@@ -127,13 +127,15 @@ def resolve_auto_data(cfg: TrainConfig, log: Callable[[str], None]) -> TrainConf
 
 
 def train(cfg: TrainConfig | None, run_dir: str | Path, resume: bool = False, stop_after: int | None = None,
-          log: Callable[[str], None] = print) -> dict[str, Any]:
+          log: Callable[[str], None] = print, threads: int | None = None) -> dict[str, Any]:
     """Train (or resume) a run; returns its summary. ConfigError for bad input, TrainingDiverged on NaN.
 
     ``resume`` continues from ``checkpoints/latest.pt``; a directory killed before its first checkpoint (holding
     only what a run writes) starts afresh, with its own config.yaml or ``cfg``. ``stop_after`` ends this
     invocation after that many epochs, leaving the run resumable (a job-time limit). The main process holds
-    the run's lock for the whole call.
+    the run's lock for the whole call. ``threads`` sets torch's thread count; without it a resumed run takes
+    the count its checkpoint was written with (CPU results are bit-exact only at one count), a fresh run the
+    current one.
     """
     if stop_after is not None and (isinstance(stop_after, bool) or not isinstance(stop_after, int) or stop_after <= 0):
         raise ConfigError(f"--stop-after must be a positive integer, got {stop_after!r}")
@@ -144,7 +146,7 @@ def train(cfg: TrainConfig | None, run_dir: str | Path, resume: bool = False, st
         cfg = resolve_auto_data(cfg, log)
         ctx = dist_.setup(cfg.run.device)
         try:
-            return _train(cfg, run, resuming, ctx, log, stop_after)
+            return _train(cfg, run, resuming, ctx, log, stop_after, threads)
         finally:
             dist_.teardown()
 
@@ -167,9 +169,16 @@ def _claim(run: RunDir, resume: bool) -> RunLock:
 
 
 def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log: Callable[[str], None],
-           stop_after: int | None) -> dict:
+           stop_after: int | None, threads: int | None) -> dict:
     _seed_everything(cfg.run.seed, cfg.run.deterministic)
     payload = read_checkpoint(run.latest) if resume else None
+    recorded = payload.get("threads") if payload is not None else None
+    if threads is None and isinstance(recorded, int) and recorded != torch.get_num_threads():
+        threads = recorded
+        if ctx.is_main:
+            log(f"torch threads: {recorded}, the count the run was checkpointed with (--threads overrides)")
+    if threads is not None:
+        torch.set_num_threads(threads)
     model, sets = model_and_data(cfg, ("train", "test"), payload, run.latest)
     engine = StepEngine(cfg, ctx, model, sets["train"], sets["test"])
     start_epoch, best_error = 0, math.inf
@@ -216,7 +225,7 @@ def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log:
             last = epoch + 1 == end_epoch
             if last or (epoch + 1) % cfg.run.save_every == 0 or improved:
                 state = dict(**engine.state_dict(), epoch=epoch + 1, best_test_error=best_error, rng=_rng_state(),
-                             config=cfg.as_dict())
+                             config=cfg.as_dict(), threads=torch.get_num_threads())
                 if improved:
                     save_model(run.best, model, overwrite=True, **state)
                 save_model(run.latest, model, overwrite=True, **state)
