@@ -411,17 +411,14 @@ for _w in ("dense", "kronecker", "monarch"):
 def default_cfg(name: str) -> dict[str, Any]:
     """timm's pretrained cfg of a registered model at its defaults (no weights: url and hub id empty); a built
     model's ``pretrained_cfg`` is computed from its own sizes (:mod:`pkmixer.models.timm_api`)."""
-    from .timm_api import data_cfg
+    from .timm_api import timm_cfg
 
     entry = model_entry(name)
     kw = entry.defaults
     sig = inspect.signature(entry.cls.__init__).parameters
     in_chans, img_size, classes = (kw.get(k, sig[k].default) for k in ("in_chans", "img_size", "num_classes"))
-    data_set = entry.data_set or "imagenet"
-    first_conv = getattr(entry.cls, "first_conv", "stem")
-    return {"url": "", "architecture": TIMM_PREFIX + entry.canonical, **data_cfg(data_set, in_chans, img_size),
-            "num_classes": classes, "first_conv": first_conv, "classifier": "head", "description": entry.description,
-            "notes": (f"normalisation of {data_set}",)}
+    return timm_cfg(TIMM_PREFIX + entry.canonical, entry.description, entry.data_set or "imagenet", in_chans,
+                    img_size, classes, getattr(entry.cls, "first_conv", "stem"))
 
 
 def _timm_entrypoint(name: str) -> Callable[..., nn.Module]:

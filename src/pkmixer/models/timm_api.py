@@ -58,6 +58,17 @@ def data_cfg(data_set: str, in_chans: int, img_size: int) -> dict[str, Any]:
             "crop_mode": "center", "mean": _per_channel(info.mean, in_chans), "std": _per_channel(info.std, in_chans)}
 
 
+def timm_cfg(architecture: str, description: str | None, data_set: str, in_chans: int, img_size: int,
+             num_classes: int, first_conv: str) -> dict[str, Any]:
+    """timm's pretrained cfg of a pkmixer model (no weights: url and hub id empty): the registry's, at a model's
+    defaults, and a built model's, from its own sizes."""
+    return {"url": "", "hf_hub_id": None, "architecture": architecture, "tag": None,
+            **data_cfg(data_set, in_chans, img_size),
+            "num_classes": num_classes, "first_conv": first_conv, "classifier": "head", "license": None,
+            "description": description, "origin_url": None, "paper_name": None, "paper_ids": None,
+            "notes": (f"normalisation of {data_set}",)}
+
+
 class TimmModel:
     """Mixin (before ``nn.Module``) giving a model with ``in_chans``, ``img_size``, ``num_classes``, ``head``
     and ``num_features`` timm's conventions; see the module docstring."""
@@ -89,12 +100,8 @@ class TimmModel:
             from .registry import model_entry  # lazily: the registry imports the model classes
             entry = model_entry(spec.name)
             arch, description = f"pkmixer_{entry.canonical}", entry.description
-        return {
-            "url": "", "hf_hub_id": None, "architecture": arch, "tag": None,
-            **data_cfg(self.data_set, self.in_chans, self.img_size),
-            "num_classes": self.num_classes, "first_conv": self.first_conv, "classifier": "head",
-            "license": None, "description": description, "origin_url": None, "paper_name": None,
-            "paper_ids": None, "notes": (f"normalisation of {self.data_set}",)}
+        return timm_cfg(arch, description, self.data_set, self.in_chans, self.img_size, self.num_classes,
+                        self.first_conv)
 
     @property
     def pretrained_cfg(self) -> dict[str, Any]:
