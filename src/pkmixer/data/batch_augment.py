@@ -341,13 +341,8 @@ class RandAugmentTable:
         factors = np.ones(len(ra.OPS), np.float32)
         for k, op in enumerate(ra.OPS):
             for s, sign in enumerate((1.0, -1.0)):
-                if op in ra.SIGNED_OPS:
-                    arg = sign * args[op]
-                    matrices[k, s] = {"Rotate": lambda: ra.rotate_matrix(arg, img_size, img_size),
-                                      "ShearX": lambda: (1.0, arg, 0.0, 0.0, 1.0, 0.0),
-                                      "ShearY": lambda: (1.0, 0.0, 0.0, arg, 1.0, 0.0),
-                                      "TranslateX": lambda: (1.0, 0.0, arg, 0.0, 1.0, 0.0),
-                                      "TranslateY": lambda: (1.0, 0.0, 0.0, 0.0, 1.0, arg)}[op]()
+                if op in ra.GEOMETRIC_OPS:
+                    matrices[k, s] = ra.geometric_matrix(op, sign * args[op], img_size, img_size)
             if op in ra.ENHANCE_OPS:
                 factors[k] = args[op]
         self.matrices, self.factors = torch.from_numpy(matrices), torch.from_numpy(factors)

@@ -65,7 +65,8 @@ MAX_MAGNITUDE = 20.0  # the largest of Mixer supp. Table 1; beyond 22.5 Posteriz
 # big_vision's available_ops, in its order
 OPS = ("AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "Solarize", "Color", "Contrast", "Brightness",
        "Sharpness", "ShearX", "ShearY", "TranslateX", "TranslateY", "Cutout", "SolarizeAdd")
-SIGNED_OPS = frozenset({"Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY"})  # argument negated w.p. 1/2
+GEOMETRIC_OPS = ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY")  # an affine map of the pixel grid
+SIGNED_OPS = frozenset(GEOMETRIC_OPS)  # argument negated w.p. 1/2
 ENHANCE_OPS = frozenset({"Color", "Contrast", "Brightness", "Sharpness"})
 GREY_WEIGHTS = (0.2989, 0.5870, 0.1140)  # tf.image.rgb_to_grayscale
 
@@ -243,6 +244,15 @@ def rotate_matrix(degrees: float, height: int, width: int) -> tuple[float, ...]:
     return (cos, -sin, x_offset, sin, cos, y_offset)
 
 
+def geometric_matrix(op: str, arg: float, height: int, width: int) -> tuple[float, ...]:
+    """The :func:`affine` matrix of a geometric op with its signed argument (TF translates by -pixels: output x
+    shows input x + pixels)."""
+    if op == "Rotate":
+        return rotate_matrix(arg, height, width)
+    return {"ShearX": (1.0, arg, 0.0, 0.0, 1.0, 0.0), "ShearY": (1.0, 0.0, 0.0, arg, 1.0, 0.0),
+            "TranslateX": (1.0, 0.0, arg, 0.0, 1.0, 0.0), "TranslateY": (1.0, 0.0, 0.0, 0.0, 1.0, arg)}[op]
+
+
 def cutout(image: np.ndarray, pad_size: int, center: tuple[int, int], fill: int = FILL) -> np.ndarray:
     """A (2·pad_size)² square of ``fill`` centred at (row, column) ``center``, cut at the image edges."""
     h, w = image.shape[:2]
@@ -269,16 +279,8 @@ def apply_op(op: str, image: np.ndarray, arg: float | int | None, *, fill: int =
         return solarize_add(image, arg)
     if op in ENHANCE_OPS:
         return {"Color": color, "Contrast": contrast, "Brightness": brightness, "Sharpness": sharpness}[op](image, arg)
-    if op == "Rotate":
-        return affine(image, rotate_matrix(arg, *image.shape[:2]), fill)
-    if op == "ShearX":
-        return affine(image, (1.0, arg, 0.0, 0.0, 1.0, 0.0), fill)
-    if op == "ShearY":
-        return affine(image, (1.0, 0.0, 0.0, arg, 1.0, 0.0), fill)
-    if op == "TranslateX":  # TF translates by -pixels: output x shows input x + pixels
-        return affine(image, (1.0, 0.0, arg, 0.0, 1.0, 0.0), fill)
-    if op == "TranslateY":
-        return affine(image, (1.0, 0.0, 0.0, 0.0, 1.0, arg), fill)
+    if op in GEOMETRIC_OPS:
+        return affine(image, geometric_matrix(op, arg, *image.shape[:2]), fill)
     if op == "Cutout":
         if cutout_center is None:
             raise ValueError("Cutout needs cutout_center=(row, column)")
