@@ -217,17 +217,19 @@ def from_plain_options(kwargs: dict[str, Any]) -> dict[str, Any]:
                 out["num_tokens"] = None
             return out
         depth = out.get("depth", 8)
-        entries = list(schedule) if isinstance(schedule, Sequence) and not isinstance(schedule, str) else None
-        if (entries is None or len(entries) != depth
-                or any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in entries)
-                or any(b > a for a, b in zip(entries, entries[1:]))):
-            raise ConfigError(f"token_schedule must list depth={depth} non-increasing positive integers, the "
-                              f"tokens after each block's token mixing, got {schedule!r}")
+        entries = list(schedule) if isinstance(schedule, Sequence) and not isinstance(schedule, str) else []
         project_first = num_tokens is not None and not isinstance(num_tokens, Pyramid)
+        try:  # Pyramid checks the entries; the message names the plain option the user wrote
+            if len(entries) != depth:
+                raise ConfigError("")
+            pyramid = Pyramid(*entries, project_first=project_first)
+        except ConfigError:
+            raise ConfigError(f"token_schedule must list depth={depth} non-increasing positive integers, the "
+                              f"tokens after each block's token mixing, got {schedule!r}") from None
         if project_first and entries[0] != num_tokens:
             raise ConfigError(f"token_schedule starts at {entries[0]} tokens but num_tokens is {num_tokens}: "
                               "the first entry is the first block's S")
-        out["num_tokens"] = Pyramid(*entries, project_first=project_first)
+        out["num_tokens"] = pyramid
     return out
 
 
