@@ -35,6 +35,7 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Sequence
+from typing import Any
 from dataclasses import asdict, dataclass
 
 import torch
@@ -320,29 +321,16 @@ def fixed_omega_comparison(omega: str | int | float, gamma: float = 2.0, depth: 
     and S = 64, C = 48, L = 3, γ = 2 for CIFAR, but its CIFAR numbers are those of S = C = 64 (Ω = 2^19) and
     an SW-MLP of 2L blocks: see :func:`table_s3_counts`.
     """
-    omega = parse_omega(omega)
-    C = round(optimal_channels(omega, gamma)) if embed_dim is None else check_positive_int("embed_dim", embed_dim)
-    S = tokens_for_channels(omega, C, gamma) if embed_dim is not None else C
-    grid = (img_size // patch_size) ** 2 if img_size % patch_size == 0 else None
-    common = dict(img_size=img_size, patch_size=patch_size, in_chans=in_chans, num_classes=num_classes)
-    mixers = []
-    for rp in (None, "all"):
+    m, mixers, swmlp = _fixed_omega_options(omega, gamma, depth, embed_dim, img_size, patch_size, in_chans,
+                                            num_classes, swmlp_depth)
+    reports = []
+    for label, options in mixers.items():
         with torch.device("meta"):
-            mixers.append(create_model(MIXER_ENTRY, **common, embed_dim=C, depth=depth,
-                                       num_tokens=None if S == grid else S, mlp_ratio=gamma, rp_blocks=rp,
-                                       norm_eps=1e-5))
-    reports = [model_cost(model, batch_size, dtype, name=label)
-               for model, label in zip(mixers, (f"MLP-Mixer S={S} C={C}", f"RP-Mixer S={S} C={C}"))]
-    m = S * C
-    hidden = max(1, int(gamma * m))
-    density = min(1.0, reports[0].connections / (m * hidden))
+            reports.append(model_cost(create_model(MIXER_ENTRY, **options), batch_size, dtype, name=label))
+    density = _swmlp_density(m, gamma, reports[0].connections)
     for form in ("sparse", "masked"):
-        reports.append(swmlp_expected_cost(
-            batch_size, dtype, name=f"SW-MLP[{form}] m={m} p={density:.3g}", **common, embed_dim=C,
-            width=None if S == grid else m, density=density,
-            depth=depth if swmlp_depth is None else check_positive_int("swmlp_depth", swmlp_depth),
-            block="mlp", mlp_ratio=gamma,
-            weight_format=form))
+        reports.append(swmlp_expected_cost(batch_size, dtype, name=_swmlp_label(form, m, density), **swmlp,
+                                           density=density, weight_format=form))
     return reports
 
 
@@ -353,25 +341,42 @@ def fixed_omega_models(omega: str | int | float, gamma: float = 2.0, depth: int 
                        forms: Sequence[str] = ("masked", "sparse")) -> dict[str, nn.Module]:
     """The models of :func:`fixed_omega_comparison` built on ``device`` (structure seed 0): MLP-Mixer,
     RP-Mixer and the SW-MLP in each of ``forms``, keyed as that function names them (for timing them)."""
+    m, mixers, swmlp = _fixed_omega_options(omega, gamma, depth, embed_dim, img_size, patch_size, in_chans,
+                                            num_classes, swmlp_depth)
+    with torch.device(device):
+        models = {label: create_model(MIXER_ENTRY, **options) for label, options in mixers.items()}
+        density = _swmlp_density(m, gamma, next(iter(models.values())).info().connections)
+        for form in forms:
+            models[_swmlp_label(form, m, density)] = create_model(SWMLP_ENTRY, **swmlp, density=density,
+                                                                  weight_format=form)
+    return models
+
+
+def _fixed_omega_options(omega: str | int | float, gamma: float, depth: int, embed_dim: int | None, img_size: int,
+                         patch_size: int, in_chans: int, num_classes: int, swmlp_depth: int | None
+                         ) -> tuple[int, dict[str, dict], dict[str, Any]]:
+    """(width m = S·C, the two Mixers' create_model options by label, the SW-MLP's options but its density and
+    weight format) of :func:`fixed_omega_comparison`."""
     omega = parse_omega(omega)
     C = round(optimal_channels(omega, gamma)) if embed_dim is None else check_positive_int("embed_dim", embed_dim)
     S = tokens_for_channels(omega, C, gamma) if embed_dim is not None else C
     grid = (img_size // patch_size) ** 2 if img_size % patch_size == 0 else None
     common = dict(img_size=img_size, patch_size=patch_size, in_chans=in_chans, num_classes=num_classes)
-    with torch.device(device):
-        models = {f"{label} S={S} C={C}": create_model(MIXER_ENTRY, **common, embed_dim=C, depth=depth,
-                                                      num_tokens=None if S == grid else S, mlp_ratio=gamma,
-                                                      rp_blocks=rp, norm_eps=1e-5)
-                  for label, rp in (("MLP-Mixer", None), ("RP-Mixer", "all"))}
-    m, connections = S * C, next(iter(models.values())).info().connections
-    density = min(1.0, connections / (m * max(1, int(gamma * m))))
-    for form in forms:
-        with torch.device(device):
-            models[f"SW-MLP[{form}] m={m} p={density:.3g}"] = create_model(
-                SWMLP_ENTRY, **common, embed_dim=C, width=None if S == grid else m, density=density,
-                depth=depth if swmlp_depth is None else check_positive_int("swmlp_depth", swmlp_depth),
-                block="mlp", mlp_ratio=gamma, weight_format=form)
-    return models
+    mixers = {f"{label} S={S} C={C}": dict(**common, embed_dim=C, depth=depth, num_tokens=None if S == grid else S,
+                                           mlp_ratio=gamma, rp_blocks=rp, norm_eps=1e-5)
+              for label, rp in (("MLP-Mixer", None), ("RP-Mixer", "all"))}
+    swmlp = dict(**common, embed_dim=C, width=None if S == grid else S * C, block="mlp", mlp_ratio=gamma,
+                 depth=depth if swmlp_depth is None else check_positive_int("swmlp_depth", swmlp_depth))
+    return S * C, mixers, swmlp
+
+
+def _swmlp_density(m: int, gamma: float, connections: int) -> float:
+    """The SW-MLP density p = Ω'/(m·γm) that gives it the Mixer's connections Ω' per layer."""
+    return min(1.0, connections / (m * max(1, int(gamma * m))))
+
+
+def _swmlp_label(form: str, m: int, density: float) -> str:
+    return f"SW-MLP[{form}] m={m} p={density:.3g}"
 
 # ---- Table S.3 as the paper counted it ----------------------------------------------------------------------
 
