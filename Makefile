@@ -32,7 +32,7 @@ test-slow: install  # the slow tier only: training to an accuracy, kill/resume, 
 test-all: install  # both tiers in one run
 	$(PY) -m pytest -q -m "" $(PYTEST_ARGS)
 
-demo: install  # Fig. 5 at small scale: S-Mixer, RP S-Mixer, SW-MLP against width at fixed Ω (results/; resumable)
+demo: install  # Fig. 5 at small scale, a subset of its medium design: two S-Mixer widths at fixed Ω, 5 seeds (results/; resumable)
 	$(VENV)/bin/pkmixer reproduce fig5 --scale small
 
 bench: install  # benchmark suite, quick mode (a few minutes on 2 cores): benchmarks/results/*.json and *.md
