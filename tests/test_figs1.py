@@ -1,6 +1,5 @@
 """The figs1 preset (Fig. S.1, App. D.1): its runs at every scale, the paper-scale settings against the caption,
 the verdict on constructed training curves, and the spectrum panels against pkmixer.theory.spectrum."""
-import json
 import math
 
 import numpy as np
@@ -67,19 +66,17 @@ def test_bad_input_is_one_clear_error():
 
 
 def _sweep(tmp_path, loss_of, seeds=5, diverged=()):
-    """The small scale's rows with ``seeds`` seeds, each run's metrics.jsonl ending at training loss
+    """The small scale's rows with ``seeds`` seeds, each run's curve ending at training loss
     ``loss_of(alpha) + 0.001 * seed``; the runs named in ``diverged`` have diverged."""
     rows = []
     for spec in PRESET.with_seeds(seeds).runs("small", None):
         alpha, seed = spec.meta["alpha"], spec.meta["seed"]
         loss = loss_of(alpha) + 0.001 * seed
         status = "diverged" if spec.name in diverged else "finished"
-        rows.append({**spec.meta, "run": spec.name, "status": status, "final_test_error": 0.1 + loss / 10})
-        run = tmp_path / "runs" / spec.name
-        run.mkdir(parents=True)
-        lines = [{"epoch": e + 1, "train_loss": loss + 0.5 * (2 - e), "test_loss": loss, "test_error": 0.1}
+        curve = [{"epoch": e + 1, "train_loss": loss + 0.5 * (2 - e), "test_loss": loss, "test_error": 0.1}
                  for e in range(3)]
-        (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        rows.append({**spec.meta, "run": spec.name, "status": status, "final_test_error": 0.1 + loss / 10,
+                     "final_train_loss": curve[-1]["train_loss"], "curve": curve})
     return rows
 
 

@@ -596,12 +596,9 @@ def test_figs3_verdict(tmp_path):
     assert preset.analyze(rows(4), tmp_path, "small").supported is False
 
 
-def _write_curves(tmp_path, rows, curve_of):
-    for row in rows:
-        run = tmp_path / "runs" / row["run"]
-        run.mkdir(parents=True, exist_ok=True)
-        lines = [json.dumps({"epoch": e + 1, **point}) for e, point in enumerate(curve_of(row))]
-        (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+def _with_curves(rows, curve_of):
+    """``rows`` with their ``curve`` column, as sweep.run_row reads it from metrics.jsonl."""
+    return [{**row, "curve": [{"epoch": e + 1, **point} for e, point in enumerate(curve_of(row))]} for row in rows]
 
 
 def test_figs6_verdict_measures_overfitting_from_the_curves(tmp_path):
@@ -614,8 +611,7 @@ def test_figs6_verdict_measures_overfitting_from_the_curves(tmp_path):
             top = rise[row["model"]] if row["C"] == 64 else 0.0
             return [{"test_loss": v, "train_loss": 0.1, "test_error": 0.1} for v in (1.0, 0.7, 0.5, 0.5 + top)]
 
-        _write_curves(where, rows, curve)
-        return get_preset("figs6").analyze(rows, where, "small")
+        return get_preset("figs6").analyze(_with_curves(rows, curve), where, "small")
 
     good = verdict(0.1, tmp_path / "a")
     assert good.supported is True
@@ -632,8 +628,7 @@ def test_figs8_verdict_reads_final_losses(tmp_path):
             end = rp_final if row["model"] == "RP MLP-Mixer" else 0.5
             return [{"test_loss": v, "train_loss": v, "test_error": v / 4} for v in (1.0, 0.8, 0.6, end)]
 
-        _write_curves(tmp_path / str(rp_final), rows, curve)
-        return get_preset("figs8").analyze(rows, tmp_path / str(rp_final), "small")
+        return get_preset("figs8").analyze(_with_curves(rows, curve), tmp_path, "small")
 
     assert verdict(0.4).supported is True
     assert verdict(0.6).supported is False

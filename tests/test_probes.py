@@ -49,6 +49,9 @@ def test_probes_run_once_when_a_run_finishes_and_become_row_columns(tmp_path):
     assert row["status"] == "finished"
     assert row["top1_error"] == pytest.approx(row["final_test_error"])  # the probe evaluates the same weights
     assert 0.0 <= row["fewshot5_error"] <= 1.0 and row["top5_error"] <= row["top1_error"]
+    assert [c["epoch"] for c in row["curve"]] == [1] and row["final_train_loss"] == row["curve"][-1]["train_loss"]
+    header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
+    assert "curve" not in header and "fewshot5_error" in header  # the per-epoch curve stays in results.jsonl
     stored = json.loads(RunDir(tmp_path / "runs" / "a").probes.read_text())
     assert set(stored) == {"fewshot5", "top5"}
     again = run_probes(tmp_path / "runs" / "a", ["fewshot5", "top5"])  # nothing missing: read, not recomputed

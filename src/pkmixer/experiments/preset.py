@@ -87,8 +87,8 @@ class Preset(ABC):
     @abstractmethod
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
         """Figures, tables, numbers and the verdict from the sweep's rows (and, if needed, its run dirs): a
-        function of the rows, which neither trains nor reads checkpoints - except that fig2 reads the Gram matrices
-        its runs stored (the ``grams`` probe), fig5, figs1 and figs6-8 read learning curves from metrics.jsonl, and
+        function of the rows (their meta, results, per-epoch ``curve`` and probe columns), which neither trains nor
+        reads run directories - except that fig2 reads the Gram matrices its runs stored (the ``grams`` probe) and
         tables3 times training steps."""
 
     # ---- helpers for subclasses and the CLI ----------------------------------------------------------

@@ -52,8 +52,9 @@ from ..train.rundir import RunDir, hold_lock
 from .probes import check_probes, missing_probes, probe_columns, read_probes, run_probes
 
 BACKENDS = ("local", "ray")
-ROW_KEYS = ("run", "status", "final_test_error", "best_test_error", "final_test_loss", "epochs", "wall_time",
-            "params", "precision", "pipeline", "error")
+ROW_KEYS = ("run", "status", "final_test_error", "best_test_error", "final_test_loss", "final_train_loss", "epochs",
+            "wall_time", "params", "precision", "pipeline", "error", "curve")
+CURVE_KEYS = ("epoch", "train_loss", "test_loss", "test_error", "lr")  # a row's curve: these, per epoch
 DONE = ("finished", "diverged")  # a run in one of these states is never run again
 # config keys that do not change a run's result: a rerun may differ in them (e.g. another --data-dir)
 NEUTRAL_KEYS = {("data", "data_dir"), ("data", "download"), ("data", "workers"), ("run", "progress"),
@@ -91,15 +92,18 @@ class SweepDir:
 
 
 def rows_to_csv(rows: Sequence[dict]) -> str:
-    """Rows as CSV, columns in order of first appearance; None as an empty cell."""
+    """Rows as CSV, columns in order of first appearance; None as an empty cell. Columns of lists or mappings
+    (a run's ``curve``) are left to the JSON lines."""
     columns: dict[str, None] = {}
     for row in rows:
-        columns.update(dict.fromkeys(row))
+        columns.update(dict.fromkeys(k for k, v in row.items() if not isinstance(v, (list, dict))))
+    nested = {k for row in rows for k, v in row.items() if isinstance(v, (list, dict))}
+    columns = {k: None for k in columns if k not in nested}
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+        writer.writerow({k: "" if v is None else v for k, v in row.items() if k in columns})
     return out.getvalue()
 
 
@@ -219,7 +223,8 @@ def run_row(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     """The results-table row of one run, read from its directory: ``spec.meta`` + the ROW_KEYS + the numbers
     of its probes (None until they are measured).
 
-    ``wall_time`` sums the epoch times of metrics.jsonl, so it counts every resumed piece of the run.
+    ``wall_time`` sums the epoch times of metrics.jsonl, so it counts every resumed piece of the run; ``curve``
+    holds the :data:`CURVE_KEYS` of every epoch, so that a preset's analysis never reads run directories.
     """
     run = RunDir(run_dir)
     status = run_status(run_dir)
@@ -233,9 +238,11 @@ def run_row(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
             "final_test_error": errors[-1] if errors else None,
             "best_test_error": min(errors) if errors else None,
             "final_test_loss": metrics[-1]["test_loss"] if metrics else None,
+            "final_train_loss": metrics[-1].get("train_loss") if metrics else None,
             "epochs": len(metrics), "wall_time": sum(m.get("epoch_time", 0.0) for m in metrics),
             "params": summary.get("params"), "precision": summary.get("precision"),
-            "pipeline": summary.get("pipeline"), "error": error}
+            "pipeline": summary.get("pipeline"), "error": error,
+            "curve": [{k: m[k] for k in CURVE_KEYS if k in m} for m in metrics]}
 
 
 def load_rows(sweep_dir: Path) -> list[dict]:

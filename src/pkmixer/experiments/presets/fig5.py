@@ -217,7 +217,7 @@ class Fig5(Preset):
         tables = {"fig5": table}
         if doubling:
             tables["fig5_doubling"] = doubling
-        curves = learning_curves(sweep_dir, finished)
+        curves = learning_curves(finished)
         return Analysis(figures={"fig5": _plot(points, rows), "fig5_curves": _plot_curves(finished, curves)},
                         tables=tables, numbers=numbers, verdict=verdict, supported=supported, verdicts=verdicts)
 

@@ -58,7 +58,7 @@ from ..stats import (Rule, aggregate, bootstrap_verdict, format_mean_std, interv
                      per_seed_difference, per_seed_trend, summary, trend_verdict)
 from ..sweep import RunSpec
 from . import recipes
-from .measures import COLOURS, finished, learning_curves
+from .measures import COLOURS, finished
 
 FAMILIES = ("SW-MLP", "S-Mixer")
 MODELS = {"SW-MLP": ("swmlp_o18_32", "swmlp_t4_28"), "S-Mixer": ("smixer_s64_32", "smixer_t4_28")}  # colour, grey
@@ -145,7 +145,7 @@ class FigS1(Preset):
 
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
         spectrum = SPECTRA[self.check_scale(scale)]
-        done = _with_training_loss(finished(rows), sweep_dir)
+        done = [r for r in finished(rows) if r.get("final_train_loss") is not None]
         losses = {(p["model"], p["width"]): p for p in aggregate(done, ["model", "width"], "final_train_loss")}
         errors = {(p["model"], p["width"]): p for p in aggregate(finished(rows), ["model", "width"])}
         table = []
@@ -201,12 +201,6 @@ class FigS1(Preset):
         return Analysis(figures={"figs1": figure},
                         tables={"figs1": table, "figs1_spectrum": spectrum_table, "figs1_histogram": histogram},
                         numbers=numbers, verdict=verdict, supported=supported, verdicts=verdicts)
-
-
-def _with_training_loss(rows: list[dict], sweep_dir: Path) -> list[dict]:
-    """``rows`` with ``final_train_loss``: the last epoch's training loss from each run's metrics.jsonl."""
-    curves = learning_curves(sweep_dir, rows)
-    return [{**r, "final_train_loss": curves[r["run"]][-1]["train_loss"]} for r in rows if curves[r["run"]]]
 
 
 def _training_numbers(table: list[dict], sw: list[dict], done: list[dict]) -> dict:

@@ -87,9 +87,9 @@ class _Overfitting(Preset):
                 specs += self.seeded(f"{tag}-c{C}", config, meta, scale)
         return recipes.seed_structures(specs)
 
-    def _summaries(self, rows: list[dict], sweep_dir: Path) -> tuple[list[dict], dict]:
+    def _summaries(self, rows: list[dict]) -> tuple[list[dict], dict]:
         """Per (family, C): overfitting and final losses over seeds; and the runs' curves."""
-        curves = learning_curves(sweep_dir, rows)
+        curves = learning_curves(rows)
         table = []
         for family in self.families:
             for C in sorted({r["C"] for r in rows if r["model"] == family}):
@@ -162,7 +162,7 @@ class FigS6(_Overfitting):
 
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
         rows = finished(rows)
-        table, curves = self._summaries(rows, sweep_dir)
+        table, curves = self._summaries(rows)
         normal, rp = self._at_largest(table)
         numbers = {f"{t['model']}, C = {t['C']}: overfitting (final − min test loss)":
                    {"mean": t["overfitting_mean"], "std": t["overfitting_std"], "n": t["seeds"]} for t in table}
@@ -202,7 +202,7 @@ class FigS7(_Overfitting):
 
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
         rows = finished(rows)
-        table, curves = self._summaries(rows, sweep_dir)
+        table, curves = self._summaries(rows)
         normal, rp = self._at_largest(table)
         numbers = {f"{t['model']}, C = {t['C']}: final test / train loss":
                    f"{t['final_test_loss_mean']:.4f} / {t['final_train_loss_mean']:.4f}" for t in table}

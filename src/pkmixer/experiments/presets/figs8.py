@@ -68,7 +68,7 @@ class FigS8(Preset):
 
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
         rows = finished(rows)
-        curves = learning_curves(sweep_dir, rows)
+        curves = learning_curves(rows)
         table, stats = [], {}
         for family in FAMILIES:
             runs = [curves[r["run"]] for r in rows if r["model"] == family and curves[r["run"]]]

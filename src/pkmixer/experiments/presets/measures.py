@@ -6,23 +6,20 @@
   pairs (the statistic of Fig. 6's verdict).
 * :func:`gap` - the difference of two families' mean errors with its pooled standard deviation, and whether it is
   within noise (Fig. 2d, Table 1); it lives in :mod:`pkmixer.experiments.stats`, with every statistic over seeds.
-* :func:`learning_curves`, :func:`mean_curve`, :func:`overfitting` - the per-epoch metrics of runs, read from
-  their ``metrics.jsonl``, averaged over seeds, and how far a test loss rises after its minimum (Figs. S.6-S.8).
+* :func:`learning_curves`, :func:`mean_curve`, :func:`overfitting` - the per-epoch metrics of runs (their rows'
+  ``curve``), averaged over seeds, and how far a test loss rises after its minimum (Figs. S.6-S.8).
 * :func:`error_plot` - mean test error ± std over seeds against a swept quantity, one line per family.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
 
 from ..stats import finite
-from ...train.rundir import RunDir
-from ..sweep import SweepDir
 
 COLOURS = {"S-Mixer": "tab:red", "RP S-Mixer": "tab:orange", "MLP-Mixer": "tab:red", "RP MLP-Mixer": "tab:orange",
            "SW-MLP": "tab:blue", "Monarch": "tab:purple", "Kronecker": "tab:green"}
@@ -70,10 +67,9 @@ def balance_gap(rows: Sequence[dict], value: str = "final_test_error", seed_key:
     return out
 
 
-def learning_curves(sweep_dir: Path, rows: Sequence[dict]) -> dict[str, list[dict[str, Any]]]:
-    """Run name -> its per-epoch metrics (train_loss, test_loss, test_error, ...) from metrics.jsonl."""
-    sweep = SweepDir(Path(sweep_dir))
-    return {row["run"]: RunDir(sweep.run(row["run"])).read_metrics() for row in rows}  # a cut last line dropped
+def learning_curves(rows: Sequence[dict]) -> dict[str, list[dict[str, Any]]]:
+    """Run name -> its per-epoch metrics (epoch, train_loss, test_loss, test_error, lr): the rows' ``curve``."""
+    return {row["run"]: list(row.get("curve") or []) for row in rows}
 
 
 def mean_curve(curves: Sequence[Sequence[dict]], key: str) -> dict[str, np.ndarray]:
