@@ -28,7 +28,8 @@ Scales:
 * ``medium`` (:func:`.recipes.medium`): all 60 000 Fashion-MNIST training and 10 000 test images (28 px,
   1 channel, patch 4: S₀ = 49), Ω = 2^15, 4 blocks; Mixers at C = 4, 8, 16, 32 (S = 126, 87, 56, 32;
   m = 504 ... 1024, 2.03×, the widest at C = S), SW-MLP at p = 1, 1/4, 1/16, 1/32 (m = 181 ... 1024, 5.7×; CSR
-  weights below p = 1, faster here: docs/performance.md); 10 epochs of AdamW (:data:`.recipes.MEDIUM_EPOCHS`);
+  weights below p = 1: 2.1-2.9× the dense-masked step at m = 1024 and p ≤ 1/16, level at p = 1/4,
+  docs/performance.md (c)); 10 epochs of AdamW (:data:`.recipes.MEDIUM_EPOCHS`);
   5 seeds paired across models: 60 runs, plus the convergence check - the narrowest and widest point of each
   family retrained for 20 epochs on seed 0 (6 runs, left out of the verdicts). The same on CIFAR-10/100 or
   STL-10 (``--dataset``) with 32 px colour images, crop and flip; on the bundled 8×8 digits (the default when
