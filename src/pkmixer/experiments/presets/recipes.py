@@ -117,7 +117,9 @@ def small(dataset: str, epochs: int = 4, optim: dict[str, Any] = SMALL_ADAMW, tr
     return Recipe(data, dict(optim), epochs, 0.2, image)
 
 
-MEDIUM_EPOCHS = 10  # Fashion-MNIST: doubling them moves the test error by less than 0.5 points (fig5's check)
+# Fashion-MNIST: what 2 cores afford in the 2 hours of a medium preset. fig5's check found it short of trained for
+# the S-Mixers (20 epochs: -0.6 points) and past the dense SW-MLP's best (+1.1): docs/reproduction.md
+MEDIUM_EPOCHS = 10
 
 
 def medium(dataset: str, epochs: int = MEDIUM_EPOCHS, optim: dict[str, Any] = SMALL_ADAMW) -> Recipe:
