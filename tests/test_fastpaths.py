@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import pkmixer
-from pkmixer.layers.mlp import NARROW_COLUMNS, FcAct, Mlp, left_linear
+from pkmixer.layers.mlp import NARROW_COLUMNS, FcAct, Mlp, columns_back, columns_first, left_linear, left_mm
 from pkmixer.layers.pk import PermuteColumns, PKMixing, gather_pair
 from pkmixer.layers.sparse import MaskedLinear, SparseLinear, sample_bernoulli_mask
 from pkmixer.layers.structured import KroneckerLinear
@@ -36,7 +36,7 @@ def _grads(out: torch.Tensor, g: torch.Tensor, tensors: list[torch.Tensor]) -> l
 
 # ---- token mixing as a left multiplication ---------------------------------------------------------------
 
-# both formulations of left_linear: one GEMM over narrow columns, batched products over wide ones
+# both formulations of forward_left: sequence-first GEMMs over narrow columns, batched products over wide ones
 COLUMNS = [4, NARROW_COLUMNS - 1, NARROW_COLUMNS, 20]
 
 
@@ -59,7 +59,9 @@ def test_forward_left_is_transposed_forward(kind, n):
 def test_left_linear_without_bias(n):
     lin = torch.nn.Linear(6, 3, bias=False).double()
     x = torch.randn(2, 6, n, dtype=F64)
-    assert rel_err(left_linear(lin, x), lin(x.transpose(1, 2)).transpose(1, 2)) < 1e-14
+    ref = lin(x.transpose(1, 2)).transpose(1, 2)
+    assert rel_err(left_linear(lin, x), ref) < 1e-14
+    assert rel_err(columns_back(left_mm(lin, columns_first(x)), 2), ref) < 1e-14  # the sequence-first GEMM
 
 
 @pytest.mark.parametrize("channels", [5, NARROW_COLUMNS])
@@ -69,7 +71,8 @@ def test_normal_token_mixing_uses_left_multiplication_and_matches_reference(chan
     x = torch.randn(2, 6, channels, dtype=F64, requires_grad=True)
     ref = mix.mlp(x.transpose(1, 2)).transpose(1, 2)
     out = mix(x)
-    assert out.is_contiguous() and rel_err(out, ref) < 1e-14
+    # batched products keep the (B, S, C) layout; sequence-first GEMMs return a strided view
+    assert out.is_contiguous() == (channels >= NARROW_COLUMNS) and rel_err(out, ref) < 1e-14
     g = torch.randn_like(out)
     for a, b in zip(_grads(out, g, [x, *mix.parameters()]), _grads(ref, g, [x, *mix.parameters()])):
         assert rel_err(a, b) < 1e-13

@@ -8,8 +8,8 @@ model swaps one for the other without forking (timm's ``mlp_layer=Mlp`` habit):
 
 Both also apply themselves along the second-to-last axis, ``forward_left``: the token mixing W X of Eq. 1 as a
 left multiplication of the (S, C) feature matrix, one batched product per Dense (``baddbmm`` with the weight
-broadcast over the batch, bias fused), with no transposes in or out; with fewer than 16 channels, one GEMM over
-all columns instead. timm's ``mlp(x.transpose(1, 2))
+broadcast over the batch, bias fused), with no transposes in or out; with fewer than 16 channels sequence-first
+instead, one GEMM per Dense over all the batch's columns. timm's ``mlp(x.transpose(1, 2))
 .transpose(1, 2)`` is the same map (tests/test_fastpaths.py) on strided operands, and leaves its output in the
 transposed layout; docs/performance.md section (e) times the formulations.
 """
@@ -21,20 +21,32 @@ import torch
 from torch import nn
 
 
-# Below this many columns (channels, for token mixing) one GEMM over the B·n columns beats B products whose
-# inner matrices are only n wide (docs/performance.md (e)).
+# Below this many columns (channels, for token mixing) the MLP runs sequence-first, one GEMM per Dense over all
+# B·n columns, instead of B products whose inner matrices are only n wide (docs/performance.md (e)).
 NARROW_COLUMNS = 16
 
 
+def columns_first(x: torch.Tensor) -> torch.Tensor:
+    """(B, in, n) -> (in, B·n): the columns of every example side by side (one copy)."""
+    return x.transpose(0, 1).reshape(x.shape[1], -1)
+
+
+def columns_back(y: torch.Tensor, batch: int) -> torch.Tensor:
+    """(out, B·n) -> (B, out, n), a strided view (the residual sum that follows lays it out again)."""
+    return y.view(y.shape[0], batch, -1).transpose(0, 1)
+
+
+def left_mm(linear: nn.Linear, columns: torch.Tensor) -> torch.Tensor:
+    """W X + b[:, None] for X of shape (in, N): one GEMM."""
+    if linear.bias is None:
+        return linear.weight @ columns
+    return torch.addmm(linear.bias.unsqueeze(-1), linear.weight, columns)
+
+
 def left_linear(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """W x + b[:, None] for x of shape (B, in, n): ``linear`` applied to every column. Batched products with no
-    transposes; for fewer than :data:`NARROW_COLUMNS` columns one GEMM on a transposed copy, copied back (the
-    activation and its gradient run much slower on a strided view)."""
-    batch, width, n = x.shape
-    if n < NARROW_COLUMNS:
-        columns = x.transpose(1, 2).reshape(batch * n, width)  # (B·n, in): one copy of the input
-        y = columns @ linear.weight.t() if linear.bias is None else torch.addmm(linear.bias, columns, linear.weight.t())
-        return y.view(batch, n, -1).transpose(1, 2).contiguous()  # (B, out, n)
+    """W x + b[:, None] for x of shape (B, in, n): ``linear`` applied to every column, as batched products with
+    no transposes."""
+    batch = x.shape[0]
     w = linear.weight.expand(batch, -1, -1)  # (B, out, in), stride 0 over the batch
     if linear.bias is None:
         return torch.bmm(w, x)
@@ -59,7 +71,10 @@ class Mlp(nn.Module):
         return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
 
     def forward_left(self, x: torch.Tensor) -> torch.Tensor:  # (B, in, n) -> (B, hidden, n) -> (B, out, n)
-        """``self(x.transpose(1, 2)).transpose(1, 2)`` without the transposes."""
+        """``self(x.transpose(1, 2)).transpose(1, 2)`` without the transposes (sequence-first when narrow)."""
+        if x.shape[-1] < NARROW_COLUMNS:
+            h = self.drop1(self.act(left_mm(self.fc1, columns_first(x))))
+            return columns_back(self.drop2(left_mm(self.fc2, h)), x.shape[0])
         return self.drop2(left_linear(self.fc2, self.drop1(self.act(left_linear(self.fc1, x)))))
 
     def linears(self) -> list[nn.Linear]:
@@ -86,7 +101,9 @@ class FcAct(nn.Module):
         return self.drop(self.act(self.fc(x)))
 
     def forward_left(self, x: torch.Tensor) -> torch.Tensor:  # (B, in, n) -> (B, out, n)
-        """``self(x.transpose(1, 2)).transpose(1, 2)`` without the transposes."""
+        """``self(x.transpose(1, 2)).transpose(1, 2)`` without the transposes (sequence-first when narrow)."""
+        if x.shape[-1] < NARROW_COLUMNS:
+            return columns_back(self.drop(self.act(left_mm(self.fc, columns_first(x)))), x.shape[0])
         return self.drop(self.act(left_linear(self.fc, x)))
 
     def linears(self) -> list[nn.Linear]:
