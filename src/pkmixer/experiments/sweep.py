@@ -94,11 +94,8 @@ class SweepDir:
 def rows_to_csv(rows: Sequence[dict]) -> str:
     """Rows as CSV, columns in order of first appearance; None as an empty cell. Columns of lists or mappings
     (a run's ``curve``) are left to the JSON lines."""
-    columns: dict[str, None] = {}
-    for row in rows:
-        columns.update(dict.fromkeys(k for k, v in row.items() if not isinstance(v, (list, dict))))
     nested = {k for row in rows for k, v in row.items() if isinstance(v, (list, dict))}
-    columns = {k: None for k in columns if k not in nested}
+    columns = dict.fromkeys(k for row in rows for k in row if k not in nested)
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n")
     writer.writeheader()
@@ -297,8 +294,8 @@ def execute_run(name: str, config: TrainConfig, run_dir: str, log_path: str, pro
             return {"name": name, "status": status, "error": None}
         files.error.unlink(missing_ok=True)
         try:
-            if status == "finished":
-                pass  # trained; only probes are missing (a kill between the last checkpoint and probes.json)
+            if status == "finished":  # trained: only probes are missing (killed between its last checkpoint and them)
+                log(f"--- probing {name}")
             elif files.latest.is_file():
                 log(f"--- resuming {name} from its latest checkpoint")
                 train(None, run, resume=True, log=log)
