@@ -1,6 +1,6 @@
 """Experiment presets: one per figure or table of Hayase & Karakida (2024) and the MLP-Mixer supplementary.
 
-A preset states the paper's claim and where it comes from, lists the runs of its sweep at three scales and
+A preset states the paper's claim and where it comes from, lists the runs of its sweep at each of its scales and
 turns the finished runs into figures, tables, key numbers and a verdict computed from the data:
 
 * ``paper``: the seed's own settings (Ω, (C, S) pairs, depth, optimiser, epochs, seeds, data set; App. C,
