@@ -4,7 +4,7 @@ App. C.5, Table S.2).
 Command::
 
     pkmixer reproduce fig6 --scale paper --dataset cifar10     # also cifar100, stl10, imagenet (Fig. 6a-d)
-    pkmixer reproduce fig6 --scale medium                       # all of Fashion-MNIST, 5 seeds (about 45 min, 2 cores)
+    pkmixer reproduce fig6 --scale medium                       # all of Fashion-MNIST, 5 seeds (estimated 45 min, 2 cores)
     pkmixer reproduce fig6 --scale small                        # Fashion-MNIST, CPU minutes
     pkmixer reproduce fig6 --scale smoke                        # seconds, for the tests
 

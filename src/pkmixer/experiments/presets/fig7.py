@@ -4,7 +4,7 @@ D.4).
 Command::
 
     pkmixer reproduce fig7 --scale paper --dataset cifar10   # also cifar100, stl10
-    pkmixer reproduce fig7 --scale medium                     # all of Fashion-MNIST, 5 seeds (about 30 min, 2 cores)
+    pkmixer reproduce fig7 --scale medium                     # all of Fashion-MNIST, 5 seeds (estimated 30 min, 2 cores)
     pkmixer reproduce fig7 --scale small                      # Fashion-MNIST, CPU minutes
     pkmixer reproduce fig7 --scale smoke
 

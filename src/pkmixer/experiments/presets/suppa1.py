@@ -4,7 +4,7 @@ evaluated as the supplement evaluates them (Tolstikhin et al. 2021, supp. A.1).
 Command::
 
     pkmixer reproduce suppa1 --scale paper     # ImageNet-1k, Mixer-S/32 (the supplement pre-trained on JFT-300M)
-    pkmixer reproduce suppa1 --scale medium    # all of Fashion-MNIST, 5 paired seeds (about an hour on 2 cores)
+    pkmixer reproduce suppa1 --scale medium    # all of Fashion-MNIST, 5 paired seeds (estimated 80 min on 2 cores)
     pkmixer reproduce suppa1 --scale small     # the quick look
     pkmixer reproduce suppa1 --scale smoke
 
