@@ -3,7 +3,7 @@
 Command::
 
     pkmixer reproduce fig5 --scale paper --dataset cifar10   # also cifar100, stl10 (resized to 32 px)
-    pkmixer reproduce fig5 --scale medium                     # decides on a CPU: about an hour on 2 cores
+    pkmixer reproduce fig5 --scale medium                     # 66 runs, 75 min on 2 cores here
     pkmixer reproduce fig5 --scale small                      # make demo: a subset of medium, under 10 minutes
     pkmixer reproduce fig5 --scale smoke                      # seconds, for the tests
 
