@@ -145,16 +145,28 @@ def per_seed_trend(rows: Sequence[dict], x: str | Callable[[dict], float], value
     return out
 
 
-def per_seed_difference(rows_a: Sequence[dict], rows_b: Sequence[dict], value: str = "final_test_error", *,
-                        seed_key: str = "seed") -> dict[Any, float]:
-    """Seed -> mean ``value`` of arm A's rows minus arm B's, for the seeds with a finite value in both arms (the
+def _paired_means(rows_a: Sequence[dict], rows_b: Sequence[dict], value: str, seed_key: str
+                  ) -> dict[Any, tuple[float, float]]:
+    """Seed -> (mean ``value`` of arm A's rows, of arm B's), for the seeds with a finite value in both arms (the
     pairing: a seed missing from one arm is dropped from both)."""
     def means(rows: Sequence[dict]) -> dict[Any, float]:
         return {s: float(np.mean(v)) for s, group in _by_seed(rows, seed_key).items()
                 if (v := [r[value] for r in group if finite(r.get(value))])}
 
     a, b = means(rows_a), means(rows_b)
-    return {s: a[s] - b[s] for s in a if s in b}
+    return {s: (a[s], b[s]) for s in a if s in b}
+
+
+def per_seed_difference(rows_a: Sequence[dict], rows_b: Sequence[dict], value: str = "final_test_error", *,
+                        seed_key: str = "seed") -> dict[Any, float]:
+    """Seed -> mean ``value`` of arm A's rows minus arm B's, over the paired seeds."""
+    return {s: a - b for s, (a, b) in _paired_means(rows_a, rows_b, value, seed_key).items()}
+
+
+def per_seed_ratio(rows_a: Sequence[dict], rows_b: Sequence[dict], value: str, *,
+                   seed_key: str = "seed") -> dict[Any, float]:
+    """Seed -> mean ``value`` of arm A's rows over arm B's, over the paired seeds where B's is not 0."""
+    return {s: a / b for s, (a, b) in _paired_means(rows_a, rows_b, value, seed_key).items() if b}
 
 
 # ---- the paired bootstrap over seeds ---------------------------------------------------------------------

@@ -49,7 +49,7 @@ from matplotlib.figure import Figure
 
 from ...theory.width import mixer_omega, swmlp_width, symmetric_pairs
 from ..preset import Analysis, Preset, register_preset
-from ..stats import (Rule, aggregate, difference_verdict, format_mean_std, interval_text, overall,
+from ..stats import (Rule, aggregate, bootstrap_verdict, format_mean_std, interval_text, overall,
                      per_seed_difference, summary, trend_verdict)
 from ..sweep import RunSpec
 from . import recipes
@@ -190,7 +190,7 @@ class Fig5(Preset):
                     numbers[f"{key}: error at the narrowest minus the widest m"] = \
                         interval_text(difference, level=LEVEL, scale=100.0, unit=" points")
                 claim = f"{key}: error falls as m grows"
-                verdicts.append(difference_verdict(narrow, wide, WIDEST_RULE, claim)
+                verdicts.append(bootstrap_verdict(difference, WIDEST_RULE, claim)
                                 if len({r["width"] for r in runs}) == 2 else trend_verdict(runs, "width", TREND_RULE,
                                                                                            claim))
         doubling = _doubling(finished)

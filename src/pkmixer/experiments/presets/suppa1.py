@@ -39,8 +39,8 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from ..preset import Analysis, Preset, register_preset
-from ..stats import Rule, aggregate, bootstrap_verdict, format_mean_std, interval_text, overall, \
-    per_seed_difference, summary
+from ..stats import (Rule, aggregate, bootstrap_verdict, format_mean_std, interval_text, overall,
+                     per_seed_difference, per_seed_ratio, summary)
 from ..sweep import RunSpec
 from . import recipes
 from .measures import finished
@@ -128,8 +128,8 @@ class SuppA1(Preset):
             for key, what in (("fewshot5_error", "linear 5-shot error"), ("top5_error", "top-5 error")):
                 numbers[f"{label}: {what} improvement"] = interval_text(
                     per_seed_difference(baseline, runs, key), level=LEVEL, scale=100.0, unit=" points")
-            time_ratio = {seed: r / b for seed, (b, r) in _paired(baseline, runs, "wall_time").items() if b}
-            numbers[f"{label}: training time / baseline's"] = interval_text(time_ratio, level=LEVEL)
+            numbers[f"{label}: training time / baseline's"] = interval_text(
+                per_seed_ratio(runs, baseline, "wall_time"), level=LEVEL)
             verdicts.append(bootstrap_verdict(per_seed_difference(baseline, runs), NOTICEABLE,
                                               f"{label}: no noticeable test-error improvement"))
             if label == "grouped":
@@ -143,12 +143,6 @@ class SuppA1(Preset):
             verdict = (f"The modifications {'did not' if supported else 'did'} noticeably help - {listed}")
         return Analysis(figures={"suppa1": _plot(table)}, tables={"suppa1": table}, numbers=numbers,
                         verdict=verdict, supported=supported, verdicts=verdicts)
-
-
-def _paired(a: list[dict], b: list[dict], key: str) -> dict:
-    """Seed -> (a's value, b's value) for the seeds with a value in both."""
-    left = {r["seed"]: r.get(key) for r in a if r.get(key) is not None}
-    return {r["seed"]: (left[r["seed"]], r[key]) for r in b if r.get(key) is not None and r["seed"] in left}
 
 
 def _plot(table: list[dict]) -> Figure:
