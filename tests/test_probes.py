@@ -54,8 +54,9 @@ def test_probes_run_once_when_a_run_finishes_and_become_row_columns(tmp_path):
     assert "curve" not in header and "fewshot5_error" in header  # the per-epoch curve stays in results.jsonl
     stored = json.loads(RunDir(tmp_path / "runs" / "a").probes.read_text())
     assert set(stored) == {"fewshot5", "top5"}
+    written = RunDir(tmp_path / "runs" / "a").probes.stat().st_mtime_ns
     again = run_probes(tmp_path / "runs" / "a", ["fewshot5", "top5"])  # nothing missing: read, not recomputed
-    assert again == stored
+    assert again == stored and RunDir(tmp_path / "runs" / "a").probes.stat().st_mtime_ns == written
 
 
 @pytest.mark.parametrize("cut", ["before the probe file", "while writing it"])

@@ -93,6 +93,10 @@ def test_mp_matches_gaussian_spectrum(n, gamma):
 def test_swmlp_lambda_max_grows_with_width_at_fixed_omega():
     omega = 2**14  # dense width √Ω = 128
     rows = lambda_max_sweep(omega, widths=[128, 256, 512, 1024], seeds=4)
+    for r in rows:  # each draw's value, whose mean and std the row reports
+        assert len(r["lambda_max_draws"]) == 4
+        assert (np.mean(r["lambda_max_draws"]), np.std(r["lambda_max_draws"])) == \
+            pytest.approx((r["lambda_max_mean"], r["lambda_max_std"]))
     tops = [r["lambda_max_mean"] for r in rows]
     assert all(b > a for a, b in zip(tops, tops[1:])), tops
     assert tops[-1] - tops[0] > 0.1
