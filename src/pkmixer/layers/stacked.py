@@ -1,0 +1,205 @@
+"""Layers of K models with a leading member axis (:mod:`pkmixer.train.stack` builds models from them).
+
+Each holds the K members' tensors of one layer stacked on a new first axis, under the layer's own names, and
+maps activations (K, ...) -> (K, ...), member k's slice through member k's tensors only: batched products
+(``bmm``/``baddbmm``), per-member gathers. Built from K layers of the same shape by ``from_members``.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .pk import PKMixing
+
+
+def stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
+    return torch.stack([t.detach() for t in tensors])
+
+
+class StackedLinear(nn.Module):
+    """K Dense maps: weight (K, out, in), bias (K, out) or None."""
+
+    decayed_parameters = ("weight",)  # as nn.Linear (pkmixer.layers.decay)
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(weight)
+        self.bias = None if bias is None else nn.Parameter(bias)
+
+    @classmethod
+    def from_members(cls, layers: list[nn.Linear]) -> StackedLinear:
+        return cls(stacked([m.weight for m in layers]),
+                   None if layers[0].bias is None else stacked([m.bias for m in layers]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (K, ..., in) -> (K, ..., out)
+        K, lead = x.shape[0], x.shape[1:-1]
+        rows = x.reshape(K, -1, x.shape[-1])
+        w = self.weight.transpose(1, 2)
+        y = torch.bmm(rows, w) if self.bias is None else torch.baddbmm(self.bias.unsqueeze(1), rows, w)
+        return y.view(K, *lead, -1)
+
+    def forward_left(self, x: torch.Tensor) -> torch.Tensor:  # (K, B, in, n) -> (K, B, out, n)
+        """The map applied to every column, W x + b: one batched product over the K members."""
+        K, B, n_in, n = x.shape
+        cols = x.transpose(1, 2).reshape(K, n_in, B * n)  # (K, in, B·n)
+        y = torch.bmm(self.weight, cols) if self.bias is None else torch.baddbmm(self.bias.unsqueeze(2), self.weight,
+                                                                                  cols)
+        return y.view(K, -1, B, n).transpose(1, 2)
+
+    def extra_repr(self) -> str:
+        K, out, n_in = self.weight.shape
+        return f"members={K}, in_features={n_in}, out_features={out}, bias={self.bias is not None}"
+
+
+class StackedMaskedLinear(StackedLinear):
+    """K :class:`~pkmixer.layers.sparse.MaskedLinear`: (M_k ⊙ W_k) x + b_k, masks a (K, out, in) bool buffer."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, mask: torch.Tensor) -> None:
+        super().__init__(weight, bias)
+        self.register_buffer("mask", mask)
+
+    @classmethod
+    def from_members(cls, layers) -> StackedMaskedLinear:
+        return cls(stacked([m.weight for m in layers]),
+                   None if layers[0].bias is None else stacked([m.bias for m in layers]),
+                   stacked([m.mask for m in layers]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        K, lead = x.shape[0], x.shape[1:-1]
+        rows = x.reshape(K, -1, x.shape[-1])
+        w = (self.weight * self.mask).transpose(1, 2)
+        y = torch.bmm(rows, w) if self.bias is None else torch.baddbmm(self.bias.unsqueeze(1), rows, w)
+        return y.view(K, *lead, -1)
+
+
+class StackedLayerNorm(nn.Module):
+    """K LayerNorms over the last axis: weight and bias (K, C) (or None)."""
+
+    decayed_parameters = ()  # as nn.LayerNorm
+
+    def __init__(self, shape: tuple[int, ...], eps: float, weight: torch.Tensor | None,
+                 bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.normalized_shape, self.eps = shape, eps
+        self.weight = None if weight is None else nn.Parameter(weight)
+        self.bias = None if bias is None else nn.Parameter(bias)
+
+    @classmethod
+    def from_members(cls, layers: list[nn.LayerNorm]) -> StackedLayerNorm:
+        first = layers[0]
+        return cls(tuple(first.normalized_shape), first.eps,
+                   None if first.weight is None else stacked([m.weight for m in layers]),
+                   None if first.bias is None else stacked([m.bias for m in layers]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (K, ..., C)
+        y = F.layer_norm(x, self.normalized_shape, None, None, self.eps)
+        view = (x.shape[0],) + (1,) * (x.ndim - 2) + (x.shape[-1],)
+        if self.weight is not None:
+            y = y * self.weight.view(view) if self.bias is None else torch.addcmul(
+                self.bias.view(view), y, self.weight.view(view))
+        elif self.bias is not None:
+            y = y + self.bias.view(view)
+        return y
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}"
+
+
+class StackedPatchConv(nn.Module):
+    """K per-patch FCs (a Conv2d whose kernel equals its stride, no padding): (K, B, c, H, W) -> (K, B, S₀, C),
+    patches in raster order, as the members' ``stem(x).flatten(2).transpose(1, 2)``."""
+
+    decayed_parameters = ("weight",)  # as nn.Conv2d
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(weight)  # (K, C, c, P, P)
+        self.bias = None if bias is None else nn.Parameter(bias)
+        self.patch = weight.shape[-1]
+
+    @classmethod
+    def from_members(cls, layers: list[nn.Conv2d]) -> StackedPatchConv:
+        return cls(stacked([m.weight for m in layers]),
+                   None if layers[0].bias is None else stacked([m.bias for m in layers]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        K, B, c, H, W = x.shape
+        P = self.patch
+        patches = (x.reshape(K, B, c, H // P, P, W // P, P).permute(0, 1, 3, 5, 2, 4, 6)
+                   .reshape(K, B * (H // P) * (W // P), c * P * P))
+        w = self.weight.flatten(2).transpose(1, 2)  # (K, c·P·P, C)
+        y = torch.bmm(patches, w) if self.bias is None else torch.baddbmm(self.bias.unsqueeze(1), patches, w)
+        return y.view(K, B, -1, w.shape[-1])
+
+
+class StackedPermute(torch.autograd.Function):
+    """y[k] = x[k][:, idx[k]] for (K, B, m) x and per-member permutations idx (K, m); the gradient is gathered
+    back with the inverses."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, idx: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
+        ctx.inverse = inverse
+        return torch.gather(x, 2, idx.unsqueeze(1).expand(-1, x.shape[1], -1))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        return torch.gather(grad, 2, ctx.inverse.unsqueeze(1).expand(-1, grad.shape[1], -1)), None, None
+
+
+class StackedPKMixing(nn.Module):
+    """K :class:`~pkmixer.layers.pk.PKMixing` of one shape, each with its own J₁, J₂ (buffers (K, m)); ``mlp``
+    is the members' mixing MLP with stacked Dense layers."""
+
+    def __init__(self, layers: list[PKMixing], mlp: nn.Module) -> None:
+        super().__init__()
+        first = layers[0]
+        self.mlp = mlp
+        self.axis, self.other, self.perms, self.normal = first.axis, first.other, first.perms, first.normal
+        self.in_features, self.out_features = first.in_features, first.out_features
+        if not self.normal:
+            for name in ("in_index", "out_index"):
+                self.register_buffer(name, stacked([getattr(m, name) for m in layers]),
+                                     persistent=name not in first._non_persistent_buffers_set)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (K, B, S, C) -> (K, B, S', C')
+        K, B = x.shape[:2]
+        if self.normal:
+            if self.axis == "channel":
+                return self.mlp(x)
+            for linear, act in self.mlp.linear_steps():  # W X on every member's (S_in, C) maps
+                x = linear.forward_left(x)
+                x = x if act is None else act(x)
+            return x
+        j1, j2 = self.gather_pairs()
+        y = StackedPermute.apply(x.reshape(K, B, -1), *j1)  # J₁
+        y = self.mlp(y.view(K, B, self.other, self.in_features))  # I ⊗ W
+        y = StackedPermute.apply(y.reshape(K, B, -1), *j2)  # J₂
+        if self.axis == "token":
+            return y.view(K, B, self.out_features, self.other)
+        return y.view(K, B, self.other, self.out_features)
+
+    def gather_pairs(self) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+        """(J, J⁻¹) of J₁ and J₂, per member; cached until a buffer is replaced, moved or loaded."""
+        bufs = (self.in_index, self.out_index)
+        key = tuple((b.data_ptr(), b.device, b._version) for b in bufs)
+        cached = self.__dict__.get("_gather_cache")
+        if cached is None or cached[0] != key:
+            pairs = tuple((b.long(), torch.argsort(b, dim=1)) for b in bufs)  # argsort of a permutation: inverse
+            cached = self.__dict__["_gather_cache"] = (key, pairs)
+        return cached[1]
+
+    def extra_repr(self) -> str:
+        return (f"axis={self.axis}, blocks={self.other}, in={self.in_features}, out={self.out_features}, "
+                f"perms={self.perms}")
+
+
+class StackedTokenSkip(nn.Module):
+    """K :class:`~pkmixer.models.mixer.TokenProjectionSkip`: LN(W̃ X) per member."""
+
+    def __init__(self, proj: StackedLinear, norm: StackedLayerNorm) -> None:
+        super().__init__()
+        self.proj, self.norm = proj, norm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (K, B, S0, C) -> (K, B, S, C)
+        return self.norm(self.proj.forward_left(x))

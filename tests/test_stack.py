@@ -1,0 +1,181 @@
+"""Stacked training (pkmixer.train.stack): K models as one with a member axis equal the K models one by one."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pkmixer.errors import ConfigError
+from pkmixer.layers.decay import decayed_parameters
+from pkmixer.models.registry import create_model
+from pkmixer.train.config import OptimConfig
+from pkmixer.train.stack import TensorData, stack_models, train_one, train_stacked
+
+SMALL = dict(num_classes=10, depth=2, embed_dim=16)
+CASES = {
+    "smixer": ("smixer_t4_28", dict(SMALL, num_tokens=24)),
+    "rp_smixer": ("rp_smixer_t4_28", dict(SMALL, num_tokens=24)),
+    "mixer": ("smixer_t4_28", dict(SMALL, block="mlp", mlp_ratio=2.0, token_tiles=7)),
+    "swmlp_masked": ("swmlp_t4_28", dict(num_classes=10, depth=2, embed_dim=4, weight_format="masked")),
+    "swmlp_dense_input": ("swmlp_t4_28", dict(num_classes=10, depth=2, embed_dim=4, weight_format="masked",
+                                              density=1.0, width=64, head_norm=True)),
+}
+
+
+def members(case: str, k: int = 3, dtype=torch.float32, **extra) -> list[torch.nn.Module]:
+    """k members, each its own initialisation and structure seed; the zero-initialised heads made random so
+    that outputs differ."""
+    name, options = CASES[case]
+    out = []
+    for seed in range(k):
+        torch.manual_seed(100 + seed)
+        model = create_model(name, **{**options, **extra}, structure_seed=seed)
+        torch.nn.init.normal_(model.head.weight, std=0.5)
+        torch.nn.init.normal_(model.head.bias, std=0.5)
+        out.append(model.to(dtype))
+    return out
+
+
+def images(k: int, b: int, dtype=torch.float32) -> torch.Tensor:
+    return torch.randn(k, b, 1, 28, 28, generator=torch.Generator().manual_seed(7), dtype=dtype)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("dtype, atol", [(torch.float32, 2e-5), (torch.float64, 1e-12)])
+def test_forward_equals_members(case, dtype, atol):
+    models = members(case, dtype=dtype)
+    stack = stack_models(models)
+    x = images(3, 5, dtype)
+    out = stack(x)
+    assert out.shape == (3, 5, 10)
+    for k, model in enumerate(models):
+        torch.testing.assert_close(out[k], model(x[k]), atol=atol, rtol=0)
+
+
+def test_rp_members_keep_their_own_permutations():
+    models = members("rp_smixer")
+    stack = stack_models(models)
+    idx = stack.blocks[0].token.mixing.in_index
+    assert idx.shape[0] == 3 and not torch.equal(idx[0], idx[1])
+    for k, model in enumerate(models):
+        assert torch.equal(idx[k], model.blocks[0].token.mixing.in_index)
+
+
+@pytest.mark.parametrize("case", ["smixer", "rp_smixer", "swmlp_dense_input"])
+def test_gradients_equal_members(case):
+    models = members(case, dtype=torch.float64)
+    stack = stack_models(models)
+    x, y = images(3, 6, torch.float64), torch.randint(0, 10, (3, 6), generator=torch.Generator().manual_seed(1))
+    losses = F.cross_entropy(stack(x).flatten(0, 1), y.flatten(), reduction="none").view(3, -1).mean(1)
+    losses.sum().backward()
+    grads = dict(stack.named_parameters())
+    for k, model in enumerate(models):
+        F.cross_entropy(model(x[k]), y[k]).backward()
+        for name, p in model.named_parameters():
+            torch.testing.assert_close(grads[name].grad[k], p.grad, atol=1e-12, rtol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize("case", ["rp_smixer", "swmlp_masked"])
+def test_unstacked_state_dicts_load_alone(case):
+    models = members(case)
+    stack = stack_models(models)
+    with torch.no_grad():
+        for p in stack.parameters():
+            p.add_(0.01 * torch.randn_like(p))  # the stack's own values, not the members'
+    x = images(3, 4)
+    out = stack(x)
+    name, options = CASES[case]
+    for k, state in enumerate(stack.unstack()):
+        fresh = create_model(name, **options, structure_seed=50 + k)  # its own masks / permutations, replaced
+        assert state.keys() == fresh.state_dict().keys()
+        fresh.load_state_dict(state)
+        torch.testing.assert_close(fresh(x[k]), out[k], atol=2e-5, rtol=0)
+
+
+def test_weight_decay_follows_members():
+    for case in ("smixer", "swmlp_dense_input"):
+        models = members(case, k=2)
+        assert decayed_parameters(stack_models(models)) == decayed_parameters(models[0])
+
+
+def _data(n: int = 48, dtype=torch.float64) -> TensorData:
+    g = torch.Generator().manual_seed(3)
+    return TensorData(torch.randn(n, 1, 28, 28, generator=g, dtype=dtype), torch.randint(0, 10, (n,), generator=g),
+                      torch.randn(20, 1, 28, 28, generator=g, dtype=dtype), torch.randint(0, 10, (20,), generator=g))
+
+
+def _assert_same_run(stack, models, seeds, data, optim, **kw):
+    stacked = train_stacked(stack, seeds, data, optim, **kw)
+    for k, (model, seed) in enumerate(zip(models, seeds)):
+        solo = train_one(model, seed, data, optim, **kw)
+        assert stacked[k].stopped_step == solo.stopped_step
+        torch.testing.assert_close(stacked[k].train_loss, solo.train_loss, atol=1e-10, rtol=1e-8, equal_nan=True)
+        assert stacked[k].test_error == solo.test_error
+        for name, t in model.state_dict().items():
+            torch.testing.assert_close(stack.state_dict()[name][k], t, atol=1e-10, rtol=1e-8, msg=name)
+    return stacked
+
+
+@pytest.mark.parametrize("case, optim", [
+    ("smixer", OptimConfig(name="adamw", lr=3e-3, weight_decay=0.05)),
+    ("rp_smixer", OptimConfig(name="sgd", lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3)),
+    ("swmlp_masked", OptimConfig(name="adamw", lr=1e-3, weight_decay=0.1)),
+])
+def test_stacked_training_equals_sequential(case, optim):
+    models = members(case, dtype=torch.float64)
+    stack = stack_models(models)
+    results = _assert_same_run(stack, models, [11, 12, 13], _data(), optim, epochs=2, batch_size=16)
+    assert all(len(r.train_loss) == 2 and r.stopped_step is None for r in results)
+
+
+def test_diverging_member_stops_alone():
+    """Training image 5 is NaN: each member meets it at the step its own data order says (seed 24 never in two
+    epochs of 40 images in batches of 16, seed 7 at step 3, seed 0 at step 0) and stops there alone."""
+    models = members("smixer", dtype=torch.float64)
+    data = _data(40)
+    data.x_train[5] = float("nan")
+    stack = stack_models(models)
+    start = {name: t.clone() for name, t in stack.state_dict().items()}
+    results = _assert_same_run(stack, models, [24, 7, 0], data, OptimConfig(name="adamw", lr=1e-3), epochs=2,
+                               batch_size=16)
+    assert [r.stopped_step for r in results] == [None, 3, 0]
+    assert [len(r.train_loss) for r in results] == [2, 2, 1]
+    for name, t in stack.state_dict().items():
+        assert torch.equal(t[2], start[name][2]), name  # stopped before its first step: untouched
+        assert torch.isfinite(t.double()).all()
+
+
+@pytest.mark.parametrize("case, extra, words", [
+    ("swmlp_masked", dict(weight_format="sparse"), "CSR"),
+    ("smixer", dict(proj_drop_rate=0.1), "dropout"),
+    ("smixer", dict(drop_rate=0.1), "dropout"),
+    ("smixer", dict(drop_path_rate=0.1), "stochastic depth"),
+    ("smixer", dict(untied_tokens=True), "untied"),
+])
+def test_refuses_what_it_cannot_carry(case, extra, words):
+    with pytest.raises(ConfigError, match=words):
+        stack_models(members(case, k=2, **extra))
+
+
+def test_refuses_mismatched_members():
+    a, b = members("smixer", k=1)[0], create_model("smixer_t4_28", **dict(SMALL, embed_dim=8, num_tokens=24))
+    with pytest.raises(ConfigError, match="differs from member 0"):
+        stack_models([a, b])
+    with pytest.raises(ConfigError, match="differs from member 0"):
+        stack_models([a, copy.deepcopy(a).double()])
+    with pytest.raises(ConfigError, match="Mixer and SWMLP"):
+        stack_models([torch.nn.Linear(2, 2)])
+
+
+def test_refuses_differing_optimisers():
+    models = members("smixer", k=2)
+    base = OptimConfig(name="adamw", lr=1e-3)
+    with pytest.raises(ConfigError, match="one optimiser setting"):
+        train_stacked(stack_models(models), [0, 1], _data(16, torch.float32),
+                      [base, dataclasses.replace(base, lr=2e-3)], epochs=1, batch_size=8)
+    with pytest.raises(ConfigError, match="clipping"):
+        train_stacked(stack_models(models), [0, 1], _data(16, torch.float32),
+                      dataclasses.replace(base, clip_grad=1.0), epochs=1, batch_size=8)
