@@ -179,3 +179,18 @@ def test_refuses_differing_optimisers():
     with pytest.raises(ConfigError, match="clipping"):
         train_stacked(stack_models(models), [0, 1], _data(16, torch.float32),
                       dataclasses.replace(base, clip_grad=1.0), epochs=1, batch_size=8)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("case", ["smixer", "rp_smixer", "swmlp_masked"])
+def test_cuda_training_equals_sequential(case, monkeypatch):
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    models = [m.cuda() for m in members(case, dtype=torch.float64)]
+    data = TensorData(*(t.cuda() for t in dataclasses.astuple(_data())))
+    stack = stack_models(models)
+    x = images(3, 5, torch.float64).cuda()
+    for k, model in enumerate(models):
+        torch.testing.assert_close(stack(x)[k], model(x[k]), atol=1e-10, rtol=0)
+    _assert_same_run(stack, models, [1, 2, 3], data, OptimConfig(name="adamw", lr=1e-3, weight_decay=0.05),
+                     epochs=1, batch_size=16)

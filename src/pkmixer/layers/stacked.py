@@ -39,13 +39,11 @@ class StackedLinear(nn.Module):
         y = torch.bmm(rows, w) if self.bias is None else torch.baddbmm(self.bias.unsqueeze(1), rows, w)
         return y.view(K, *lead, -1)
 
-    def forward_left(self, x: torch.Tensor) -> torch.Tensor:  # (K, B, in, n) -> (K, B, out, n)
-        """The map applied to every column, W x + b: one batched product over the K members."""
-        K, B, n_in, n = x.shape
-        cols = x.transpose(1, 2).reshape(K, n_in, B * n)  # (K, in, B·n)
-        y = torch.bmm(self.weight, cols) if self.bias is None else torch.baddbmm(self.bias.unsqueeze(2), self.weight,
-                                                                                  cols)
-        return y.view(K, -1, B, n).transpose(1, 2)
+    def forward_columns(self, cols: torch.Tensor) -> torch.Tensor:  # (K, in, N) -> (K, out, N)
+        """W X + b for each member's columns X: one batched product."""
+        if self.bias is None:
+            return torch.bmm(self.weight, cols)
+        return torch.baddbmm(self.bias.unsqueeze(2), self.weight, cols)
 
     def extra_repr(self) -> str:
         K, out, n_in = self.weight.shape
@@ -167,10 +165,13 @@ class StackedPKMixing(nn.Module):
         if self.normal:
             if self.axis == "channel":
                 return self.mlp(x)
-            for linear, act in self.mlp.linear_steps():  # W X on every member's (S_in, C) maps
-                x = linear.forward_left(x)
-                x = x if act is None else act(x)
-            return x
+            # W X on every member's (S_in, C) maps, as products over the columns of all its images: (K, S, B·C)
+            # with the activations laid out contiguously there, transposed back once at the end (a view)
+            y = x.transpose(1, 2).reshape(K, x.shape[2], -1)
+            for linear, act in self.mlp.linear_steps():
+                y = linear.forward_columns(y)
+                y = y if act is None else act(y)
+            return y.view(K, -1, B, x.shape[3]).transpose(1, 2)
         j1, j2 = self.gather_pairs()
         y = StackedPermute.apply(x.reshape(K, B, -1), *j1)  # J₁
         y = self.mlp(y.view(K, B, self.other, self.in_features))  # I ⊗ W
@@ -202,4 +203,6 @@ class StackedTokenSkip(nn.Module):
         self.proj, self.norm = proj, norm
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (K, B, S0, C) -> (K, B, S, C)
-        return self.norm(self.proj.forward_left(x))
+        K, B, _, C = x.shape
+        y = self.proj.forward_columns(x.transpose(1, 2).reshape(K, x.shape[2], B * C))  # (K, S, B·C)
+        return self.norm(y.view(K, -1, B, C).transpose(1, 2).contiguous())

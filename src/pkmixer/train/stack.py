@@ -7,7 +7,8 @@ batch through member k's weights only, as batched products and per-member gather
 (:mod:`pkmixer.layers.stacked`). :meth:`StackedModel.unstack` gives each member's ``state_dict`` back, the one
 a model of that member's architecture loads alone. :func:`train_stacked` advances the K members together, each
 with its own data order (a generator seeded by its seed over in-memory tensors) and an optimizer on the stacked
-tensors equal to K separate ones; :func:`train_one` is the same loop for one model, the reference it equals.
+tensors equal to K separate ones, one :func:`stacked_step` per batch; :func:`train_one` is the same loop for one
+model, the reference it equals. benchmarks/stack.py (section s) times it against K sequential runs.
 
 Carried: the :class:`~pkmixer.models.mixer.Mixer` in MLP-Mixer and S-Mixer form, normal or RP (per-member
 J₁, J₂), with ``num_tokens`` skips, pyramids and ``token_tiles``; the :class:`~pkmixer.models.swmlp.SWMLP`
@@ -280,6 +281,25 @@ def train_one(model: nn.Module, seed: int, data: TensorData, optim: OptimConfig,
     return result
 
 
+def stacked_step(model: StackedModel, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+                 active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step of every member on its own batch, x (K, B, c, H, W) and y (K, B); ``active`` (K,) bool says
+    which members still train. Returns the members' losses (K,) and ``active`` less the members whose loss
+    is not finite: their loss leaves the sum and the step leaves their parameters as they were."""
+    K = x.shape[0]
+    losses = F.cross_entropy(model(x).flatten(0, 1), y.flatten(), reduction="none").view(K, -1).mean(1)
+    active = active & torch.isfinite(losses)
+    optimizer.zero_grad(set_to_none=True)
+    torch.where(active, losses, 0.0).sum().backward()
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    before = [p.detach().clone() for p in params]
+    optimizer.step()
+    with torch.no_grad():
+        for p, old in zip(params, before):
+            p.copy_(torch.where(active.view(K, *(1,) * (p.ndim - 1)), p, old))
+    return losses.detach(), active
+
+
 def train_stacked(model: StackedModel, seeds: Sequence[int], data: TensorData,
                   optim: OptimConfig | Sequence[OptimConfig], epochs: int, batch_size: int,
                   eval_batch_size: int = 256) -> list[MemberResult]:
@@ -291,8 +311,7 @@ def train_stacked(model: StackedModel, seeds: Sequence[int], data: TensorData,
     if len(seeds) != K:
         raise ConfigError(f"{len(seeds)} seeds for {K} stacked members")
     opt = build_optimizer(model, _one_optim(optim, K))
-    params = [p for p in model.parameters() if p.requires_grad]
-    device = params[0].device
+    device = next(model.parameters()).device
     generators = [torch.Generator().manual_seed(s) for s in seeds]
     results = [MemberResult(s) for s in seeds]
     active = torch.ones(K, dtype=torch.bool, device=device)
@@ -308,20 +327,10 @@ def train_stacked(model: StackedModel, seeds: Sequence[int], data: TensorData,
         taken = torch.zeros(K, dtype=torch.long, device=device)
         for start in _steps(n, batch_size):
             idx = orders[:, start:start + batch_size]  # (K, B): each member its own batch
-            logits = model(data.x_train[idx])
-            losses = F.cross_entropy(logits.flatten(0, 1), data.y_train[idx].flatten(),
-                                     reduction="none").view(K, -1).mean(1)
-            finite = torch.isfinite(losses)
-            stopped_at = torch.where(active & ~finite, step, stopped_at)
-            active = active & finite
-            opt.zero_grad(set_to_none=True)
-            torch.where(active, losses, 0.0).sum().backward()
-            before = [p.detach().clone() for p in params]
-            opt.step()
-            with torch.no_grad():
-                for p, old in zip(params, before):
-                    p.copy_(torch.where(active.view(K, *(1,) * (p.ndim - 1)), p, old))
-            total += torch.where(active, losses.detach(), 0.0)
+            losses, now = stacked_step(model, opt, data.x_train[idx], data.y_train[idx], active)
+            stopped_at = torch.where(active & ~now, step, stopped_at)
+            active = now
+            total += torch.where(active, losses, 0.0)
             taken += active
             step += 1
         errors = _test_errors(model, data, eval_batch_size, K)
