@@ -194,3 +194,22 @@ def test_cuda_training_equals_sequential(case, monkeypatch):
         torch.testing.assert_close(stack(x)[k], model(x[k]), atol=1e-10, rtol=0)
     _assert_same_run(stack, models, [1, 2, 3], data, OptimConfig(name="adamw", lr=1e-3, weight_decay=0.05),
                      epochs=1, batch_size=16)
+
+
+@pytest.mark.slow  # seconds at toy sizes, more on a loaded machine
+def test_benchmark_section_runs():
+    """benchmarks/stack.py's section at toy sizes."""
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    sys.path.insert(0, root)
+    try:
+        from benchmarks.common import Settings
+        from benchmarks.stack import section_s
+    finally:
+        sys.path.remove(root)
+    rows = section_s(Settings(mode="smoke", device="cpu", dtype="float32", threads=1, warmup=0, repeats=1,
+                              compile=False))["rows"]
+    assert {r["members"] for r in rows} == {1, 2} and all(r["speedup"] > 0 for r in rows)
+    assert all(r["vmap_speedup"] > 0 for r in rows)
