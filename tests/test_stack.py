@@ -19,6 +19,7 @@ CASES = {
     "smixer": ("smixer_t4_28", dict(SMALL, num_tokens=24)),
     "rp_smixer": ("rp_smixer_t4_28", dict(SMALL, num_tokens=24)),
     "mixer": ("smixer_t4_28", dict(SMALL, block="mlp", mlp_ratio=2.0, token_tiles=7)),
+    "pyramid_rp": ("rp_smixer_t4_28", dict(SMALL, token_schedule=[24, 16])),
     "swmlp_masked": ("swmlp_t4_28", dict(num_classes=10, depth=2, embed_dim=4, weight_format="masked")),
     "swmlp_dense_input": ("swmlp_t4_28", dict(num_classes=10, depth=2, embed_dim=4, weight_format="masked",
                                               density=1.0, width=64, head_norm=True)),

@@ -22,7 +22,8 @@ stacked run of :func:`train_stacked` equals :func:`train_one` on each member, to
 (the sums run in another order); a member whose loss goes non-finite stops alone, its parameters frozen at
 their last finite step, without host synchronisation in the step. ``torch.func.vmap`` over
 ``functional_call`` carries the normal S-Mixer and the masked SW-MLP but not the RP gathers (their cached
-index pairs and :class:`~pkmixer.layers.pk.PermuteColumns`) nor CSR weights (whose sizes differ per seed).
+index pairs and :class:`~pkmixer.layers.pk.PermuteColumns`) nor CSR weights (whose sizes differ per seed), and
+where it runs it measured slower than these layers (section s), so it is not used.
 
 Not part of it yet: sweep integration (run directories, checkpoints, resume, grouping runs of a sweep),
 learning-rate schedules, augmentation and per-member learning rates.
@@ -31,9 +32,9 @@ from __future__ import annotations
 
 import copy
 import math
-from itertools import zip_longest
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import zip_longest
 
 import torch
 import torch.nn.functional as F
