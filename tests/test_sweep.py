@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from pkmixer.errors import ConfigError
+from pkmixer.experiments import sweep
 from pkmixer.experiments.sweep import RunSpec, load_rows, run_sweep
 from pkmixer.train import loop
 from pkmixer.checkpoint import read_checkpoint
@@ -131,3 +132,12 @@ def test_ray_backend(tmp_path):
         assert rows_again == rows
     finally:
         ray.shutdown()
+
+
+def test_workers_share_gpus_round_robin(monkeypatch):
+    """More workers than GPUs share them: worker k takes GPU k mod the count; the default stays one per GPU."""
+    monkeypatch.setattr(sweep, "available_cores", lambda: 16)
+    assert sweep._plan(100, None, None, 1) == (1, 16)
+    assert sweep._plan(100, 8, None, 1) == (8, 2)
+    assert sweep._plan(3, 8, None, 2) == (3, 5)
+    assert sweep.gpu_assignment(5, 2) == [0, 1, 0, 1, 0]

@@ -40,7 +40,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         raise ConfigError("name a preset (see `pkmixer reproduce --list`)")
     if args.data_dir is not None and Path(args.data_dir).exists() and not Path(args.data_dir).is_dir():
         raise ConfigError(f"--data-dir {args.data_dir} is not a folder")  # a missing one: the preset says where it looked
-    for flag in ("workers", "threads", "seeds"):  # below 1: the sweep's own message
+    for flag in ("workers", "threads", "seeds", "epochs"):  # below 1: the sweep's own message
         value = getattr(args, flag)
         if value is not None and value > MAX_THREADS:
             raise ConfigError(f"--{flag} must be at most {MAX_THREADS}, got {value}")
@@ -52,7 +52,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     result = reproduce(args.name, scale=args.scale, dataset=args.dataset, data_dir=args.data_dir,
                        backend=args.backend, address=args.address, workers=args.workers, threads=args.threads,
-                       out=args.out, seeds=args.seeds, overwrite=args.overwrite, log=log)
+                       out=args.out, seeds=args.seeds, epochs=args.epochs, overwrite=args.overwrite, log=log)
     return _print_report(result, args.json)
 
 
@@ -102,10 +102,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=["local", "ray"], default="local",
                    help="local worker processes (default) or Ray tasks")
     p.add_argument("--address", help="the Ray cluster to join (default: start a local Ray instance)")
-    p.add_argument("--workers", type=int, help="runs at a time (default: one per core, or per GPU)")
+    p.add_argument("--workers", type=int, help="runs at a time (default: one per core, or per GPU; more than the GPUs share them round-robin)")
     p.add_argument("--threads", type=int, help="torch threads per run (default: the cores shared among local workers; 1 per Ray task)")
     p.add_argument("--seeds", type=int, help="seeds per point (default: the scale's own)")
-    p.add_argument("--out", help="the output directory (default results/<name>-<scale>-<dataset>)")
+    p.add_argument("--epochs", type=int, help="train each run for this many epochs instead of the scale's own "
+                   "(the epoch-doubling runs for twice as many); the default --out gains -e<N>")
+    p.add_argument("--out", help="the output directory (default results/<name>-<scale>[-e<N>]-<dataset>)")
     p.add_argument("--overwrite", action="store_true", help="replace a report made from other results")
     p.add_argument("--json", action="store_true", help="machine-readable output (progress goes to stderr)")
     p.set_defaults(func=cmd_reproduce)

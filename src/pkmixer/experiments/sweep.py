@@ -21,7 +21,9 @@ Backends (``backend=``):
 * ``local`` (default): a pool of worker processes (spawn context), each run in one worker. Without GPUs the
   default is one torch thread per run and one worker per core: on 2 cores, 2 runs × 1 thread beats 1 run × 2
   threads for the small models of the small and smoke scales (little work per operation to share out). With
-  CUDA GPUs, one worker per GPU (CUDA_VISIBLE_DEVICES=i) and the cores split among them. With one worker the
+  CUDA GPUs, one worker per GPU by default (CUDA_VISIBLE_DEVICES=i) and the cores split among them; ``workers``
+  above the GPU count shares each GPU among several runs, round-robin (worker k takes GPU k mod the count), which
+  keeps a GPU busy when its runs are small and launch-bound (docs/performance.md). With one worker the
   run trains in this process. On Linux a worker dies with this process from the first statement it runs, before
   it imports multiprocessing, pkmixer or torch (``PR_SET_PDEATHSIG``, then a check that this process is still
   its parent: ``pkmixer.experiments.worker``), and multiprocessing's resource tracker ends with the workers: a
@@ -343,10 +345,13 @@ def _plan(todo: int, workers: int | None, threads: int | None, gpus: int) -> tup
     cores = available_cores()
     if workers is None:
         workers = gpus if gpus else max(1, cores // (threads or 1))
-    if gpus and workers > gpus:
-        raise ConfigError(f"--workers {workers} exceeds the {gpus} GPUs (one run per GPU)")
     workers = max(1, min(workers, todo))
     return workers, threads or max(1, cores // workers)
+
+
+def gpu_assignment(workers: int, gpus: int) -> list[int]:
+    """The GPU of each local worker: round-robin, so more workers than GPUs share them evenly."""
+    return [k % gpus for k in range(workers)]
 
 
 class _Progress:
@@ -403,7 +408,7 @@ def _run_local(jobs: list[tuple], workers: int, threads: int, gpus: int, on_done
     gpu_ids = None
     if gpus:
         gpu_ids = ctx.Queue()
-        for i in range(workers):
+        for i in gpu_assignment(workers, gpus):
             gpu_ids.put(i)
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(threads, gpu_ids)) as pool:
         futures = {pool.submit(execute_run, *job, threads): job[0] for job in jobs}
