@@ -1,5 +1,6 @@
 """`pkmixer reproduce` and `pkmixer report`: the fig5 smoke scale end to end, a sweep killed part-way and run
 again, re-rendering, and refusals (exit status 2, one line)."""
+import dataclasses
 import json
 import os
 import shutil
@@ -194,3 +195,28 @@ def test_fashion_mnist_falls_back_to_digits_when_absent(monkeypatch):
     assert len(lines) == 1 and "using scikit-learn's bundled digits instead" in lines[0]
     with pytest.raises(ConfigError, match="Fashion-MNIST not found"):
         rep.preset_runs(get_preset("fig5"), "small", "fashion-mnist", None, check=True, log=lines.append)
+
+
+def test_epochs_replaces_the_scales_epochs_and_doubles_the_doubling_runs(tmp_path, capsys):
+    """--epochs N: every run trains N epochs, the convergence-check runs (meta "doubles") 2N; the sweep
+    directory remembers N, so the same directory is refused to another N; a preset that varies its runs'
+    epochs refuses the flag."""
+    from pkmixer.errors import ConfigError
+    from pkmixer.experiments.reproduce import default_out, with_epochs
+
+    specs = get_preset("fig5").runs("medium", "digits")
+    longer = with_epochs(specs, 20, "fig5")
+    assert {s.config.schedule.epochs for s in longer if "doubles" not in s.meta} == {20}
+    assert {s.config.schedule.epochs for s in longer if "doubles" in s.meta} == {40}
+    assert [s.name for s in longer] == [s.name for s in specs]
+    assert str(default_out("fig5", "medium", "digits", 20)) == "results/fig5-medium-e20-digits"
+    mixed = [specs[0], dataclasses.replace(specs[1], config=specs[1].config.override({"schedule.epochs": 3}))]
+    with pytest.raises(ConfigError, match="varies the epochs"):
+        with_epochs(mixed, 20, "fig5")
+    out = tmp_path / "e2"
+    assert main([*SMOKE, "--epochs", "2", "--out", str(out), "--json"]) == 0
+    assert {r["epochs"] for r in load_rows(out)} == {2}
+    assert json.loads((out / "sweep.json").read_text())["info"]["epochs"] == 2
+    capsys.readouterr()
+    code, _, err = run_main(capsys, *SMOKE, "--epochs", "3", "--out", str(out))
+    assert code == 2 and "--epochs 2" in err

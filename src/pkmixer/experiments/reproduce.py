@@ -21,8 +21,8 @@ from .sweep import BACKENDS, RunSpec, load_rows, read_sweep, run_sweep, unfinish
 ALWAYS_THERE = ("digits", "synthetic")  # generated or bundled: nothing to look for
 
 
-def default_out(name: str, scale: str, dataset: str | None) -> Path:
-    return Path("results") / "-".join(str(p) for p in (name, scale, dataset) if p)
+def default_out(name: str, scale: str, dataset: str | None, epochs: int | None = None) -> Path:
+    return Path("results") / "-".join(str(p) for p in (name, scale, epochs and f"e{epochs}", dataset) if p)
 
 
 def _available(dataset: str, data_dir: str | None) -> Path | None:
@@ -54,19 +54,36 @@ def preset_runs(preset: Preset, scale: str, dataset: str | None, data_dir: str |
     return chosen, specs
 
 
-def command_line(name: str, scale: str, dataset: str | None, seeds: int | None) -> str:
+def with_epochs(specs: list[RunSpec], epochs: int, name: str) -> list[RunSpec]:
+    """``specs`` trained for ``epochs`` epochs instead of the scale's own; the runs that double another's epochs
+    (the convergence check, ``meta["doubles"]``) for twice that. Refused for a preset whose runs vary their
+    epochs otherwise."""
+    if epochs < 1:
+        raise ConfigError(f"--epochs must be a positive integer, got {epochs}")
+    base = {s.config.schedule.epochs for s in specs if "doubles" not in s.meta}
+    if len(base) > 1:
+        raise ConfigError(f"preset {name} varies the epochs of its runs ({', '.join(map(str, sorted(base)))}); "
+                          "drop --epochs")
+    return [dataclasses.replace(s, config=s.config.override(
+        {"schedule.epochs": 2 * epochs if "doubles" in s.meta else epochs})) for s in specs]
+
+
+def command_line(name: str, scale: str, dataset: str | None, seeds: int | None, epochs: int | None = None) -> str:
     parts = ["pkmixer", "reproduce", name, "--scale", scale]
     parts += ["--dataset", dataset] if dataset else []
     parts += ["--seeds", str(seeds)] if seeds is not None else []
+    parts += ["--epochs", str(epochs)] if epochs is not None else []
     return shlex.join(parts)
 
 
 def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, data_dir: str | None = None,
               backend: str = "local", address: str | None = None, workers: int | None = None,
               threads: int | None = None, out: str | Path | None = None, seeds: int | None = None,
-              overwrite: bool = False, progress: bool = True, log: Callable[[str], None] = print) -> dict[str, Any]:
+              epochs: int | None = None, overwrite: bool = False, progress: bool = True, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run (or resume) preset ``name``'s sweep and render its report; returns the report's paths, the verdict,
-    the numbers and the run counts. Runs that failed leave the report unrendered ("failed" lists them)."""
+    the numbers and the run counts. Runs that failed leave the report unrendered ("failed" lists them).
+    ``epochs`` replaces the scale's epochs (:func:`with_epochs`): the medium scale's convergence check at a longer
+    budget, on a GPU say."""
     if backend not in BACKENDS:
         raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     preset = get_preset(name).with_seeds(seeds)
@@ -74,14 +91,16 @@ def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, da
     dataset, specs = preset_runs(preset, scale, dataset, data_dir, check=backend == "local", log=log)
     if seeds is not None and specs and len(seeds_in(specs)) != seeds:
         raise ConfigError(f"preset {name} does not vary its seeds; drop --seeds")
+    if epochs is not None and specs:
+        specs = with_epochs(specs, epochs, name)
     if data_dir is not None:
         specs = [dataclasses.replace(s, config=s.config.override({"data.data_dir": str(data_dir)})) for s in specs]
-    sweep_dir = Path(out) if out is not None else default_out(name, scale, dataset)
-    info = {"preset": name, "scale": scale, "dataset": dataset, "seeds": seeds,
-            "command": command_line(name, scale, dataset, seeds)}
+    sweep_dir = Path(out) if out is not None else default_out(name, scale, dataset, epochs)
+    info = {"preset": name, "scale": scale, "dataset": dataset, "seeds": seeds, "epochs": epochs,
+            "command": command_line(name, scale, dataset, seeds, epochs)}
     if (sweep_dir / "sweep.json").is_file():
         theirs = read_sweep(sweep_dir)["info"]
-        mine = {k: info[k] for k in ("preset", "scale", "dataset")}
+        mine = {k: info[k] for k in ("preset", "scale", "dataset", "epochs")}
         if {k: theirs.get(k) for k in mine} != mine:
             raise ConfigError(f"{sweep_dir} holds the sweep of `{theirs.get('command', 'another command')}`; "
                               "choose another --out")
