@@ -62,41 +62,44 @@ def _cases(settings: Settings) -> list[dict]:
     ]
 
 
-def _config(case: dict, epochs: int):
+def _config(case: dict, epochs: int, device: str):
     return build_config(None, {**case["config"], "data.batch_size": BATCH, "data.eval_batch_size": 256,
                                "optim.name": "adamw", "optim.lr": 0.001, "schedule.epochs": epochs,
-                               "run.progress": False})
+                               "run.progress": False, "run.device": device})
 
 
-def _pkmixer_epochs(case: dict, epochs: int) -> tuple[list[float], dict]:
+def _pkmixer_epochs(case: dict, epochs: int, device: str) -> tuple[list[float], dict]:
     root = Path(tempfile.mkdtemp(prefix="pkmixer-bench-"))
     try:
-        summary = loop.train(_config(case, epochs), root / "run", log=lambda _: None)
+        summary = loop.train(_config(case, epochs, device), root / "run", log=lambda _: None)
         rows = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()]
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return [r["epoch_time"] for r in rows], summary
 
 
-def reference_epoch(model, optimizer, x, y, x_test, y_test, generator: torch.Generator) -> None:
-    """One epoch of the frozen reference loop (module docstring); do not optimise it."""
+def reference_epoch(model, optimizer, x, y, x_test, y_test, generator: torch.Generator, autocast) -> None:
+    """One epoch of the frozen reference loop (module docstring); do not optimise it. ``autocast``: the
+    precision pkmixer trains in on this device (bf16 autocast on a GPU, nothing on the CPU)."""
     model.train()
-    order = torch.randperm(x.shape[0], generator=generator)
+    order = torch.randperm(x.shape[0], generator=generator).to(x.device)
     for start in range(0, x.shape[0] - BATCH + 1, BATCH):
         idx = order[start:start + BATCH]
-        loss = F.cross_entropy(model(x[idx]), y[idx])
+        with autocast():
+            loss = F.cross_entropy(model(x[idx]), y[idx])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), autocast():
         correct = sum(int((model(x_test[i:i + 256]).argmax(1) == y_test[i:i + 256]).sum())
                       for i in range(0, x_test.shape[0], 256))
     assert 0 <= correct <= x_test.shape[0]
 
 
-def _reference_epochs(case: dict, epochs: int) -> list[float]:
-    cfg = _config(case, epochs)
+def _reference_epochs(case: dict, epochs: int, settings: Settings) -> list[float]:
+    cfg = _config(case, epochs, settings.device)
+    device = settings.torch_device
     d = cfg.data
     tensors = []
     for split, subset in (("train", d.train_subset), ("test", d.test_subset)):
@@ -104,33 +107,31 @@ def _reference_epochs(case: dict, epochs: int) -> list[float]:
         info = dataset_info(d.name)
         x = data.images.float() / (255.0 if data.images.dtype == torch.uint8 else 1.0)
         mean, std = (torch.tensor(v).view(1, -1, 1, 1) for v in (info.mean, info.std))
-        tensors += [(x - mean) / std, data.labels]
+        tensors += [((x - mean) / std).to(device), data.labels.to(device)]
     options = dict(cfg.model.options, num_classes=info.num_classes)
     torch.manual_seed(0)
-    model = create_model(cfg.model.name, **options)
+    model = create_model(cfg.model.name, **options).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
     generator = torch.Generator().manual_seed(0)
     times = []
     for _ in range(epochs):
         t = time.perf_counter()
-        reference_epoch(model, optimizer, *tensors, generator)
+        reference_epoch(model, optimizer, *tensors, generator, settings.autocast)
         times.append(time.perf_counter() - t)
     return times
 
 
 def section_g(settings: Settings) -> dict:
     """pkmixer train's epoch against the frozen reference loop, alternately, medians (module docstring)."""
-    if settings.device != "cpu":
-        raise ConfigError("section g runs on the CPU only (the GPU path is unmeasured here)")
     epochs = EPOCHS[settings.mode]
     rows = []
     for case in _cases(settings):
         ours, ref, steps = [], [], None
         for _ in range(settings.repeats):
-            times, summary = _pkmixer_epochs(case, epochs)
+            times, summary = _pkmixer_epochs(case, epochs, settings.device)
             ours.append(statistics.median(times[1:]))
-            ref.append(statistics.median(_reference_epochs(case, epochs)[1:]))
-        cfg = _config(case, epochs)
+            ref.append(statistics.median(_reference_epochs(case, epochs, settings)[1:]))
+        cfg = _config(case, epochs, settings.device)
         n_train = len(load_resident(cfg.data.name, "train", subset=cfg.data.train_subset))
         steps = n_train // BATCH
         o, r = statistics.median(ours), statistics.median(ref)

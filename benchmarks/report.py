@@ -57,7 +57,29 @@ def targets(result: dict) -> list[dict]:
         for row in (r for r in s["g"]["rows"] if r["goal"] is not None):
             out.append({"target": f"pkmixer train epoch / in-memory reference loop, {row['case']}",
                         "goal": f"≤ {row['goal']}", "value": row["ratio"], "met": row["ratio"] <= row["goal"]})
+    if "h" in s:
+        by: dict = {}
+        for r in s["h"]["projection"]:
+            by.setdefault(r["precision"], {}).setdefault(r["omega"] <= 2**21, 0.0)
+            by[r["precision"]][r["omega"] <= 2**21] += r["gpu_hours"]
+        for precision, parts in by.items():
+            out.append({"target": f"Fig. 5 Ω ≤ 2^21 runs, GPU-minutes in all ({precision})", "goal": "≤ 30 min",
+                        "value": 60 * parts.get(True, 0.0), "met": 60 * parts.get(True, 0.0) <= 30})
+        for r in (r for r in s["h"]["rows"] if r["omega"] == 2**27):
+            out.append({"target": f"Ω = 2^27 {r['model']} {_shape(r['options'])} ({r['precision']}), fraction of "
+                                  "matmul throughput", "goal": "≥ 0.60", "value": r["fraction_of_matmul"],
+                        "met": r["fraction_of_matmul"] >= 0.6})
+    if "s" in s and result["settings"]["device"] == "cuda":  # issue 15: reported on the CPU, a target on a GPU
+        for r in (r for r in s["s"]["rows"] if r["model"] == "smixer_s64_32" and r["members"] == 8):
+            out.append({"target": "Ω = 2^18 S-Mixer stacked ×8 / 8 sequential runs, member-steps per second",
+                        "goal": "≥ 3×", "value": r["speedup"], "met": r["speedup"] >= 3})
     return out
+
+
+def _shape(options: dict) -> str:
+    if "width" in options:
+        return f"m = {options['width']}, p = {options['density']:g}"
+    return f"C = {options['embed_dim']}, S = {options['num_tokens']}"
 
 
 def markdown(result: dict) -> str:
@@ -195,11 +217,47 @@ def markdown(result: dict) -> str:
         lines += _table(["case", "pipeline", "steps", "pkmixer epoch", "reference epoch", "pkmixer ms/step",
                          "reference ms/step", "ratio"], rows)
         lines.append("")
+    if "h" in s:
+        h = s["h"]
+        lines += [f"## (h) Fig. 5 at paper scale on {h['device_name']}: projected from measured steps", "",
+                  f"Matrix product {h['matmul_n']}³: " + ", ".join(f"{p} {t:.0f} TFLOP/s" for p, t in
+                                                                  h["matmul_tflops"].items())
+                  + f". Per model: {h['steps']} fused-AdamW steps at batch 128 on device-resident random images "
+                  "(no data pipeline: a floor); training FLOP/s = 6 × forward MACs × images/s.", ""]
+        rows = [[r["model"], f"2^{r['omega'].bit_length() - 1}", _shape(r["options"]), r["precision"],
+                 f"{r['train_images_per_s']:,.0f}", f"{r['eval_images_per_s']:,.0f}", f"{r['train_tflops']:.1f}",
+                 f"{100 * r['fraction_of_matmul']:.0f} %", f"{60 * r['projected_gpu_hours']:.1f}"]
+                for r in h["rows"]]
+        lines += _table(["family", "Ω", "shape", "precision", "train img/s", "eval img/s", "TFLOP/s",
+                         "of matmul", "GPU-min for its runs"], rows)
+        lines += ["", "Projected GPU hours of the whole sweep (CIFAR-10, 111 runs), per precision and Ω:", ""]
+        by = {}
+        for r in h["projection"]:
+            by.setdefault(r["precision"], {})[r["omega"]] = r["gpu_hours"]
+        omegas = sorted({r["omega"] for r in h["projection"]})
+        lines += _table(["precision", *(f"Ω = 2^{o.bit_length() - 1}" for o in omegas), "all"],
+                        [[p, *(f"{v[o]:.2f}" for o in omegas), f"{sum(v.values()):.2f}"] for p, v in by.items()])
+        lines.append("")
+    if "s" in s:
+        lines += ["## (s) Stacked training against sequential runs", "",
+                  f"One call = one training step of each of K members (batch {s['s']['rows'][0]['batch']} each): "
+                  "sequential, K models in turn; "
+                  "stacked, one step of pkmixer.train.stack; vmap, torch.func.vmap over functional_call. ms per "
+                  "call, member-steps/s, speedup = sequential / stacked time in the same loop.", ""]
+        rows = [[r["case"], str(r["members"]), _ms(r["times"]["sequential"]), _ms(r["times"]["stacked"]),
+                 _ms(r["times"].get("vmap")), f"{r['member_steps_per_s']['sequential']:.1f}",
+                 f"{r['member_steps_per_s']['stacked']:.1f}", _x(r["speedup"]), _x(r["vmap_speedup"])]
+                for r in s["s"]["rows"]]
+        lines += _table(["case", "K", "sequential", "stacked", "vmap", "sequential steps/s", "stacked steps/s",
+                         "speedup", "vmap speedup"], rows)
+        lines.append("")
     lines += ["## Targets", ""]
     rows = [[t["target"], t["goal"], f"{t['value']:.3f}×" if "%" not in t["goal"] else f"{100 * t['value']:+.1f} %",
              "yes" if t["met"] else "no"] for t in result["targets"]]
     for row, t in zip(rows, result["targets"]):
         if t["goal"].startswith("≥ 0."):
             row[2] = f"{100 * t['value']:.0f} %"
+        elif t["goal"].endswith("min"):
+            row[2] = f"{t['value']:.1f} min"
     lines += _table(["target", "goal", "measured", "met"], rows)
     return "\n".join(lines) + "\n"

@@ -18,7 +18,7 @@ import torch
 
 from .common import BenchError, Settings, machine, threads
 
-SECTIONS = "abcdefg"
+SECTIONS = "abcdefghs"
 MODES = {"smoke": dict(warmup=0, repeats=2), "quick": dict(warmup=1, repeats=3), "full": dict(warmup=2, repeats=7)}
 
 
@@ -26,7 +26,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
     ap.add_argument("--mode", default="quick",
                     help="quick (a few minutes on 2 CPU cores), full, or smoke (toy sizes, for tests)")
-    ap.add_argument("--sections", default=SECTIONS, help="any of the letters abcdefg (f needs a)")
+    ap.add_argument("--sections", default=SECTIONS, help="any of the letters abcdefghs (f needs a; h is for a GPU)")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (bf16 autocast; not measured on the CPU box)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     ap.add_argument("--repeats", type=int, default=None, help="timed repeats per case (default: by mode)")
@@ -72,7 +72,7 @@ def output_paths(args: argparse.Namespace, settings: Settings) -> tuple[str, str
 
 def run(settings: Settings, sections: str, log=print) -> dict:
     """Run ``sections`` and return the result dict (the JSON file's content)."""
-    from . import engine, layers, mixers, report, sparse
+    from . import engine, gpu, layers, mixers, report, sparse, stack
 
     started = time.time()
     with threads(settings.threads):
@@ -80,7 +80,8 @@ def run(settings: Settings, sections: str, log=print) -> dict:
                   "machine": machine(settings),
                   "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "sections": {}}
         runners = {"a": mixers.section_a, "b": mixers.section_b, "c": sparse.section_c, "d": layers.section_d,
-                   "e": layers.section_e, "g": engine.section_g}
+                   "e": layers.section_e, "g": engine.section_g,
+                   "h": gpu.section_h, "s": stack.section_s}
         for key in sections:
             if key == "f":
                 continue
