@@ -7,8 +7,10 @@
 * c - SW-MLP: sparse (CSR) against dense-masked weights, step time and peak memory, and the largest Ω;
 * d - Kronecker and Monarch layers against a dense layer of the same width;
 * e - token-mixing formulations;
-* f - achieved FLOP/s of every model of (a) as a fraction of a plain sgemm measured in the same run,
-* g - ``pkmixer train``'s epoch against a frozen hand-written in-memory loop (issue 15),
+* f - achieved FLOP/s of every model of (a) as a fraction of a plain sgemm measured in the same run;
+* g - ``pkmixer train``'s epoch against a frozen hand-written in-memory loop (issue 15);
+* h - Fig. 5 at paper scale on a GPU: each model's step per precision and the sweep's projected GPU hours;
+* s - stacked training (K runs as one model) against K sequential runs,
 
 and writes one JSON file and one Markdown file per run. Method (:mod:`benchmarks.common`): every figure is the
 median of several timed repeats after warm-up, and the cases compared with each other are timed round-robin

@@ -26,7 +26,6 @@ import torch
 import torch.nn.functional as F
 
 from pkmixer.analysis.cost import measured_macs
-from pkmixer.errors import ConfigError
 from pkmixer.experiments import get_preset
 from pkmixer.train.engine import build_model
 
@@ -121,8 +120,6 @@ def _throughput(spec, precision: str, settings: Settings) -> dict:
 
 def section_h(settings: Settings) -> dict:
     """Per-model step throughput per precision, its fraction of matmul throughput, and the sweep's projection."""
-    if settings.device == "cpu" and settings.mode != "smoke":
-        raise ConfigError("section h projects a GPU sweep: run it with --device cuda (or --mode smoke to check it)")
     n = 8192 if settings.device == "cuda" else 256
     precisions = PRECISIONS if settings.device == "cuda" else ("fp32",)
     peaks = {p: matmul_tflops(p, settings, n) for p in precisions}

@@ -1,4 +1,4 @@
-"""Run the benchmark suite: ``python -m benchmarks.run [--mode quick|full] [--sections abcdef] ...``.
+"""Run the benchmark suite: ``python -m benchmarks.run [--mode quick|full] [--sections abcdefghs] [--device D]``.
 
 Writes ``<out-dir>/<machine>-<mode>-<UTC timestamp>.json`` and a ``.md`` beside it; never overwrites a file
 (exit 2 if the name exists). Bad input: one line on stderr, exit 2. See :mod:`benchmarks` for the sections.
@@ -26,7 +26,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
     ap.add_argument("--mode", default="quick",
                     help="quick (a few minutes on 2 CPU cores), full, or smoke (toy sizes, for tests)")
-    ap.add_argument("--sections", default=SECTIONS, help="any of the letters abcdefghs (f needs a; h is for a GPU)")
+    ap.add_argument("--sections", default=None, help="any of the letters abcdefghs (f needs a; h needs --device "
+                    "cuda, or --mode smoke; default: all that the device runs)")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (bf16 autocast; not measured on the CPU box)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     ap.add_argument("--repeats", type=int, default=None, help="timed repeats per case (default: by mode)")
@@ -40,10 +41,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def settings_from(args: argparse.Namespace) -> Settings:
     if args.mode not in MODES:
         raise BenchError(f"--mode must be one of {', '.join(MODES)}, got {args.mode!r}")
+    if args.sections is None:
+        args.sections = SECTIONS if args.device == "cuda" else SECTIONS.replace("h", "")
     if not args.sections or any(c not in SECTIONS for c in args.sections):
         raise BenchError(f"--sections must be letters among {SECTIONS}, got {args.sections!r}")
     if "f" in args.sections and "a" not in args.sections:
         raise BenchError("section f reads section a's measurements: add a to --sections")
+    if "h" in args.sections and args.device != "cuda" and args.mode != "smoke":
+        raise BenchError("section h projects a GPU sweep: add --device cuda (or --mode smoke to check its code)")
     if args.device not in ("cpu", "cuda"):
         raise BenchError(f"--device must be cpu or cuda, got {args.device!r}")
     if args.device == "cuda" and not torch.cuda.is_available():

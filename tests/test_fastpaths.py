@@ -262,9 +262,10 @@ def test_kronecker_bmm_gradients_match_explicit_product():
 # ---- the benchmark code itself --------------------------------------------------------------------------------
 
 # section g (pkmixer train's epoch against a hand-written loop) takes about 10 s even at toy sizes: slow tier
-@pytest.mark.parametrize("sections", ["abdef", pytest.param("abdefg", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("sections", ["abdefh", pytest.param("abdefg", marks=pytest.mark.slow)])
 def test_benchmark_smoke_run_writes_its_json(tmp_path, sections):
-    """Sections a, b, d, e, f (and g) at toy sizes through the real runner, then the JSON schema."""
+    """Sections a, b, d, e, f, h (or g) at toy sizes through the real runner, then the JSON schema; section h
+    (a GPU projection) outside smoke mode on the CPU is refused in one line."""
     sys.path.insert(0, ROOT)
     try:
         from benchmarks import run as bench
@@ -283,6 +284,13 @@ def test_benchmark_smoke_run_writes_its_json(tmp_path, sections):
     if "g" in sections:
         engine = {r["case"].split(",")[0]: r for r in result["sections"]["g"]["rows"]}
         assert all(r["ratio"] > 0 and r["pkmixer_ms_per_step"] > 0 for r in engine.values())
+    if "h" in sections:
+        h = result["sections"]["h"]
+        assert {r["model"] for r in h["rows"]} == {"S-Mixer", "SW-MLP"}
+        assert all(r["train_images_per_s"] > 0 and r["projected_gpu_hours"] > 0 for r in h["rows"])
+        assert sum(p["gpu_hours"] for p in h["projection"]) == pytest.approx(
+            sum(r["projected_gpu_hours"] for r in h["rows"]))
+        assert bench.main(["--sections", "h", "--out-dir", str(out)]) == 2
     assert all("met" in t for t in result["targets"])
     assert (out / "toy.md").read_text().startswith("# pkmixer benchmarks")
     again = ["--mode", "smoke", "--sections", "e", "--out-dir", str(out), "--name", "toy"]
