@@ -4,7 +4,7 @@ App. C.5, Table S.2).
 Command::
 
     pkmixer reproduce fig6 --scale paper --dataset cifar10     # also cifar100, stl10, imagenet (Fig. 6a-d)
-    pkmixer reproduce fig6 --scale medium                       # all of Fashion-MNIST, 5 seeds (estimated 45 min, 2 cores)
+    pkmixer reproduce fig6 --scale medium                       # all of Fashion-MNIST, 5 seeds
     pkmixer reproduce fig6 --scale small                        # Fashion-MNIST, CPU minutes
     pkmixer reproduce fig6 --scale smoke                        # seconds, for the tests
 
@@ -32,7 +32,8 @@ Scales:
   CIFAR-10 is 60 runs of 2000 epochs (the paper reports about 200 V100 hours for the three CIFAR/STL sets and
   4000 hours on 128 GPUs for ImageNet).
 * ``medium`` - the same pairs as ``small`` with :func:`.recipes.medium` (all 60 000 Fashion-MNIST images,
-  10 epochs of AdamW, the recipe whose convergence fig5's medium scale checks), 5 seeds: 50 runs.
+  10 epochs of AdamW; fig5's doubling check finds the S-Mixers trained only at 20, ``--epochs 20``), 5 seeds:
+  50 runs (5.4 min on one H100 beside fig7's sweep; estimated 45 min on 2 cores).
 * ``small`` - Fashion-MNIST (28 px, patch 4: S₀ = 49), Ω = 2^15, 4 blocks, (C, S) = (8, 87), (16, 56),
   (32, 32) and mirrored, 4 epochs of AdamW on 10 000 images, 2 seeds: 20 runs, about 6 minutes on 2 cores.
 * ``smoke`` - digits, Ω = 2^9, 1 block, (C, S) = (4, 14), (8, 8), (14, 4), 1 epoch, 1 seed.

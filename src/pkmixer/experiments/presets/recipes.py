@@ -118,7 +118,8 @@ def small(dataset: str, epochs: int = 4, optim: dict[str, Any] = SMALL_ADAMW, tr
 
 
 # Fashion-MNIST: what 2 cores afford in the 2 hours of a medium preset. fig5's check found it short of trained for
-# the S-Mixers (20 epochs: -0.6 points) and past the dense SW-MLP's best (+1.1): docs/reproduction.md
+# the S-Mixers (20 epochs: -0.6 points) and past the dense SW-MLP's best (+1.1); at 20 epochs (`--epochs 20`, on a
+# GPU) doubling moves every checked point by < 0.5 points but the RP S-Mixers', which overfit: docs/reproduction.md
 MEDIUM_EPOCHS = 10
 
 
