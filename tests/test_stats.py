@@ -212,3 +212,11 @@ def test_the_report_prints_estimate_interval_and_decision(tmp_path):
     saved = json.loads((tmp_path / "report" / "analysis.json").read_text())
     assert [v["decision"] for v in saved["verdicts"]] == [SUPPORTED, UNDECIDED, UNDECIDED]
     assert saved["verdicts"][0]["interval"] == [-1.0, -0.6] and saved["supported"] is None
+
+
+def test_interval_text_signs_differences_not_ratios():
+    from pkmixer.experiments.stats import interval_text
+
+    ratio = interval_text([1.1, 0.9, 1.0, 1.2], signed=False)
+    assert ratio.startswith("1.05, 90 % interval [") and "+" not in ratio
+    assert interval_text([0.1, -0.3, 0.2]).startswith("+0.00, 90 % interval [−")

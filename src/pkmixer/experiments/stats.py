@@ -229,8 +229,8 @@ def bootstrap_interval(samples: Any, statistic: Callable[[np.ndarray], np.ndarra
 # ---- rules and verdicts ----------------------------------------------------------------------------------
 
 
-def _number(value: float, digits: int) -> str:
-    return f"{value:+.{digits}f}".replace("-", "−")
+def _number(value: float, digits: int, signed: bool = True) -> str:
+    return f"{value:{'+' if signed else ''}.{digits}f}".replace("-", "−")
 
 
 @dataclass(frozen=True)
@@ -377,18 +377,20 @@ def difference_verdict(rows_a: Sequence[dict], rows_b: Sequence[dict], rule: Rul
 
 
 def interval_text(samples: Mapping[Any, float] | Sequence[float], *, level: float = DEFAULT_LEVEL, digits: int = 2,
-                  scale: float = 1.0, unit: str = "") -> str:
+                  scale: float = 1.0, unit: str = "", signed: bool = True) -> str:
     """A descriptive number with its interval: ``−0.93, 90 % interval [−1.00, −0.80] (5 seeds)`` - the mean of
-    per-seed values and :func:`bootstrap_interval`; ``−0.93 (1 seed: no interval)`` below 2 seeds."""
+    per-seed values and :func:`bootstrap_interval`; ``−0.93 (1 seed: no interval)`` below 2 seeds. ``signed``:
+    a sign on every number (differences); without, plain numbers (ratios)."""
     values = [float(v) for v in (samples.values() if isinstance(samples, Mapping) else samples)]
     n = len(values)
     if n == 0:
         return "- (no seed)"
     if n < 2:
-        return f"{_number(values[0] * scale, digits)}{unit} (1 seed: no interval)"
+        return f"{_number(values[0] * scale, digits, signed)}{unit} (1 seed: no interval)"
     estimate, (low, high) = bootstrap_interval(values, level=level)
-    return (f"{_number(estimate * scale, digits)}{unit}, {100 * level:g} % interval [{_number(low * scale, digits)}, "
-            f"{_number(high * scale, digits)}]{unit} ({n} seeds)")
+    low_text, high_text = _number(low * scale, digits, signed), _number(high * scale, digits, signed)
+    return (f"{_number(estimate * scale, digits, signed)}{unit}, {100 * level:g} % interval [{low_text}, "
+            f"{high_text}]{unit} ({n} seeds)")
 
 
 def overall(verdicts: Sequence[Verdict]) -> bool | None:

@@ -129,7 +129,7 @@ class SuppA1(Preset):
                 numbers[f"{label}: {what} improvement"] = interval_text(
                     per_seed_difference(baseline, runs, key), level=LEVEL, scale=100.0, unit=" points")
             numbers[f"{label}: training time / baseline's"] = interval_text(
-                per_seed_ratio(runs, baseline, "wall_time"), level=LEVEL)
+                per_seed_ratio(runs, baseline, "wall_time"), level=LEVEL, signed=False)
             verdicts.append(bootstrap_verdict(per_seed_difference(baseline, runs), NOTICEABLE,
                                               f"{label}: no noticeable test-error improvement"))
             if label == "grouped":
