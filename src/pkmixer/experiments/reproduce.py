@@ -79,7 +79,8 @@ def command_line(name: str, scale: str, dataset: str | None, seeds: int | None, 
 def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, data_dir: str | None = None,
               backend: str = "local", address: str | None = None, workers: int | None = None,
               threads: int | None = None, out: str | Path | None = None, seeds: int | None = None,
-              epochs: int | None = None, overwrite: bool = False, progress: bool = True, log: Callable[[str], None] = print) -> dict[str, Any]:
+              epochs: int | None = None, overwrite: bool = False, progress: bool = True,
+              log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run (or resume) preset ``name``'s sweep and render its report; returns the report's paths, the verdict,
     the numbers and the run counts. Runs that failed leave the report unrendered ("failed" lists them).
     ``epochs`` replaces the scale's epochs (:func:`with_epochs`): the medium scale's convergence check at a longer
