@@ -563,12 +563,33 @@ def test_figs5_verdict(tmp_path):
 
 
 def test_fig2d_verdict(tmp_path):
-    def rows(kronecker):
-        return _rows([({"model": "Monarch"}, 0.10), ({"model": "Kronecker"}, kronecker)])
+    """Comparable = |paired mean difference| below half a point, decided on its interval."""
+    def rows(kronecker, seeds=FIVE):
+        return _rows([({"model": "Monarch"}, 0.10), ({"model": "Kronecker"}, kronecker)], seeds)
 
     preset = get_preset("fig2d")
     assert preset.analyze(rows(0.101), tmp_path, "small").supported is True
     assert preset.analyze(rows(0.2), tmp_path, "small").supported is False
+    assert preset.analyze(rows(0.101, seeds=(0, 1)), tmp_path, "small").supported is None  # 2 seeds
+    noisy = _rows([({"model": "Monarch"}, 0.10)], FIVE, jitter=0)  # differences 0 ... 1 point: |mean| ≈ 0.5
+    noisy += [{"model": "Kronecker", "seed": s, "run": f"k{s}", "status": "finished", "final_test_error": 0.10 + d}
+              for s, d in zip(FIVE, (0.0, 0.010, 0.002, 0.009, 0.004))]
+    assert preset.analyze(noisy, tmp_path, "small").supported is None
+
+
+@pytest.mark.parametrize("sparse_gain, seeds, decision", [(0.05, FIVE, "supported"), (-0.05, FIVE, "contradicted"),
+                                                         (0.05, (0, 1), "undecided")])
+def test_fig2_cka_verdicts(sparse_gain, seeds, decision):
+    """Both parts of Fig. 2a per Mixer size, from per-seed CKA curves: the Mixer's density against the dense
+    SW-MLP, and the best sparse density against the dense one."""
+    from pkmixer.experiments.presets.fig2 import _cka_verdicts
+
+    densities = [1.0, 0.5, 0.25, 0.125]
+    rows = [{"size": 8, "seed": seed, "density": d,
+             "cka_diagonal_mean": 0.6 + sparse_gain * (1 - d) + 0.01 * seed}
+            for seed in seeds for d in densities]
+    verdicts = _cka_verdicts(rows, 8, 0.125)
+    assert [v.decision for v in verdicts] == [decision, decision]
 
 
 @pytest.mark.parametrize("name, sign, supported", [("figs2", -1, True), ("figs2", 1, False)])
