@@ -5,6 +5,7 @@ Commands::
 
     pkmixer reproduce fig2 --scale paper      # CKA on CIFAR-10 (Fig. 2a-c)
     pkmixer reproduce fig2d --scale paper     # Monarch against Kronecker on MNIST (Fig. 2d)
+    pkmixer reproduce fig2 --scale medium     # all of Fashion-MNIST, 5 seeds (fig2d likewise)
     pkmixer reproduce fig2 --scale small      # Fashion-MNIST, CPU minutes (fig2d likewise)
     pkmixer reproduce fig2 --scale smoke
 
@@ -31,12 +32,14 @@ Scales (fig2):
   blocks, width m = SC, densities p = 2^-n for n = 0 ... 10; CIFAR-10, batch 128, 600 epochs, lr 0.01, AdamW
   (momentum 0.9), cosine annealing, AutoAugment (with App. C.4's crop and flip); 3 seeds: 72 runs; CKA over
   20 batches of 128 test images.
+* ``medium`` - the small design with :func:`.recipes.medium` (all 60 000 Fashion-MNIST images, 10 epochs of
+  AdamW), 5 seeds: 80 runs (estimated 100 min on 2 cores from fig4's medium runs of similar size; not run yet).
 * ``small`` - Fashion-MNIST, S = C = 16 and 8, Mixer of 3 blocks, SW-MLP of 6, p = 2^-n for n = 0 ... 6, 4 epochs
   of AdamW on 10 000 images, 2 seeds: 32 runs; CKA over 10 batches of 128.
 * ``smoke`` - digits, S = C = 4, Mixer of 1 block, SW-MLP of 2, p = 1, 1/4, 1/16, 1 epoch; CKA over 2 batches of 32.
 
 Scales (fig2d): ``paper`` - App. C.1: MNIST, AdamW lr 0.01, 200 epochs, cosine annealing, batch 128 (as Fig. 2a),
-5 seeds; ``small`` - Fashion-MNIST, 4 epochs of AdamW on 10 000 images, 3 seeds; ``smoke`` - digits at 8 px,
+5 seeds; ``medium`` - :func:`.recipes.medium` on all of Fashion-MNIST, 5 seeds: 10 runs; ``small`` - Fashion-MNIST, 4 epochs of AdamW on 10 000 images, 3 seeds; ``smoke`` - digits at 8 px,
 1 epoch.
 """
 from __future__ import annotations
@@ -68,7 +71,8 @@ PEAK_RULE = Rule("highest mean CKA over the sparse densities − mean CKA of the
 COMPARABLE_RULE = Rule("|mean over seeds of error(Monarch) − error(Kronecker)|", threshold=0.005,
                        direction="below", level=LEVEL, scale=100, unit=" points")
 # scale -> (Mixer sizes S = C, Mixer blocks, SW-MLP density exponents n of p = 2^-n, CKA batches, batch size)
-SIZES = {"paper": ((64, 32), 3, range(11), 20, 128), "small": ((16, 8), 3, range(7), 10, 128),
+SIZES = {"paper": ((64, 32), 3, range(11), 20, 128), "medium": ((16, 8), 3, range(7), 10, 128),
+         "small": ((16, 8), 3, range(7), 10, 128),
          "smoke": ((4,), 1, (0, 2, 4), 2, 32)}
 
 
@@ -84,8 +88,10 @@ class Fig2(Preset):
     scale_datasets = recipes.SCALE_DATASETS
     allowed_datasets = recipes.allowed(datasets, ("cifar10",))
 
+    scales = ("paper", "medium", "small", "smoke")
+
     def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        recipe = recipes.c1(scale, dataset)
+        recipe = recipes.medium(dataset) if scale == "medium" else recipes.c1(scale, dataset)
         sizes, depth, exponents, batches, batch_size = SIZES[scale]
         probes = (f"grams-{batches}x{batch_size}",)
         grid = (recipe.image["img_size"] // recipe.image["patch_size"]) ** 2
@@ -229,10 +235,11 @@ class Fig2d(Preset):
     datasets = ("mnist", "fashion-mnist", "digits")
     scale_datasets = {**recipes.SCALE_DATASETS, "paper": "mnist"}
     allowed_datasets = recipes.allowed(datasets, ("mnist",))
-    default_seeds = {"paper": 5, "small": 3, "smoke": 1}
+    scales = ("paper", "medium", "small", "smoke")
+    default_seeds = {"paper": 5, "medium": 5, "small": 3, "smoke": 1}
 
     def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
-        recipe = {"paper": lambda: recipes.paper_mnist(dataset),
+        recipe = {"paper": lambda: recipes.paper_mnist(dataset), "medium": lambda: recipes.medium(dataset),
                   "small": lambda: recipes.small(dataset), "smoke": lambda: recipes.smoke()}[scale]()
         recipe = recipe.replace(image={k: recipe.image[k] for k in ("img_size", "in_chans")})  # no patches
         specs = []
