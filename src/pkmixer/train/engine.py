@@ -192,21 +192,31 @@ def autocast(cfg: TrainConfig, device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16) if uses_bf16(cfg, device) else nullcontext()
 
 
-def evaluate(model: nn.Module, batches: Iterable, ctx: dist_.Context, cfg: TrainConfig) -> dict[str, float]:
+def evaluate(model: nn.Module, batches: Iterable, ctx: dist_.Context, cfg: TrainConfig,
+             members: int | None = None) -> dict[str, float] | list[dict[str, float]]:
     """Top-1 error and mean cross-entropy over ``(images, labels)`` batches, summed over all processes (read
-    from the device once)."""
+    from the device once). With ``members`` = K, a stacked model's: batches (K, B, ...) with labels (K, B),
+    logits (K, B, classes), one result per member (one process)."""
     model.eval()
-    loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
-    correct = torch.zeros((), dtype=torch.int64, device=ctx.device)
+    shape = () if members is None else (members,)
+    loss_sum = torch.zeros(shape, dtype=torch.float64, device=ctx.device)
+    correct = torch.zeros(shape, dtype=torch.int64, device=ctx.device)
     count = 0
     with torch.no_grad():
         for images, labels in batches:
             images, labels = images.to(ctx.device), labels.to(ctx.device)
             with autocast(cfg, ctx.device):
                 logits = model(images)
-            loss_sum += nn.functional.cross_entropy(logits.float(), labels, reduction="sum").double()
-            correct += (logits.argmax(1) == labels).sum()
-            count += labels.numel()
+            if members is None:
+                loss_sum += nn.functional.cross_entropy(logits.float(), labels, reduction="sum").double()
+            else:  # classes on axis 1, as cross_entropy takes extra axes: (K, classes, B)
+                loss_sum += nn.functional.cross_entropy(logits.float().transpose(1, 2), labels,
+                                                        reduction="none").double().sum(1)
+            correct += (logits.argmax(-1) == labels).sum(-1)
+            count += labels.numel() if members is None else labels.shape[-1]
+    if members is not None:
+        return [{"test_loss": s / count, "test_error": 1.0 - c / count, "test_examples": count}
+                for s, c in zip(loss_sum.tolist(), correct.tolist())]
     loss_sum, correct, count = dist_.all_reduce_sum([float(loss_sum), float(correct), count], ctx)
     return {"test_loss": loss_sum / count, "test_error": 1.0 - correct / count, "test_examples": int(count)}
 

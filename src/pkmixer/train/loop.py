@@ -172,13 +172,60 @@ def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log:
            stop_after: int | None, threads: int | None) -> dict:
     _seed_everything(cfg.run.seed, cfg.run.deterministic)
     payload = read_checkpoint(run.latest) if resume else None
-    recorded = payload.get("threads") if payload is not None else None
+    set_threads([payload], threads, ctx, log)
+    r = open_run(cfg, run, payload, ctx, log)
+    started = time.time()
+    metrics: dict[str, Any] = {}
+    end_epoch = cfg.schedule.epochs if stop_after is None else min(cfg.schedule.epochs, r.start_epoch + stop_after)
+    t0 = time.time()  # an epoch's time runs from the previous epoch's metrics row: its checkpoint writes count
+    for epoch in range(r.start_epoch, end_epoch):
+        try:
+            train_loss = r.engine.train_epoch(epoch)
+        except TrainingDiverged as err:
+            if ctx.is_main:
+                write_diverged(run, epoch)
+            raise TrainingDiverged(f"{err}; the run stopped and keeps its last good checkpoint in "
+                                   f"{run.latest.parent}") from None
+        metrics = {"epoch": epoch + 1, "train_loss": train_loss, **r.engine.evaluate(), "lr": r.engine.lr,
+                   "epoch_time": time.time() - t0}
+        t0 = time.time()
+        end_epoch_writes(r, metrics, end_epoch, ctx, log, _rng_state())
+        dist_.barrier(ctx)
+    return write_summary(r, end_epoch, metrics, started, ctx)
+
+
+@dataclasses.dataclass
+class OpenRun:
+    """A run set up to train: its config, directory, model and engine, where it starts, its best error so far."""
+
+    cfg: TrainConfig
+    run: RunDir
+    model: Any
+    engine: StepEngine
+    start_epoch: int
+    best_error: float
+    params: int
+    writer: Any = None
+
+
+def set_threads(payloads: list[dict[str, Any] | None], threads: int | None, ctx: dist_.Context,
+                log: Callable[[str], None]) -> None:
+    """torch's thread count: ``threads``, else the count the (first) resumed checkpoint was written with
+    (CPU results are bit-exact only at one count), else as it is."""
+    recorded = next((p.get("threads") for p in payloads if p is not None), None)
     if threads is None and isinstance(recorded, int) and recorded != torch.get_num_threads():
         threads = recorded
         if ctx.is_main:
             log(f"torch threads: {recorded}, the count the run was checkpointed with (--threads overrides)")
     if threads is not None:
         torch.set_num_threads(threads)
+
+
+def open_run(cfg: TrainConfig, run: RunDir, payload: dict[str, Any] | None, ctx: dist_.Context,
+             log: Callable[[str], None], write: bool = True) -> OpenRun:
+    """Build the model, data and engine of a run seeded by :func:`_seed_everything`; restore the training state
+    and RNG states from ``payload`` (latest.pt) or reseed Python's and NumPy's; then, unless ``write`` is false
+    (the caller calls :func:`start_files` itself), :func:`start_files`."""
     model, sets = model_and_data(cfg, ("train", "test"), payload, run.latest)
     engine = StepEngine(cfg, ctx, model, sets["train"], sets["test"])
     start_epoch, best_error = 0, math.inf
@@ -192,63 +239,75 @@ def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log:
     else:  # again: modules imported while building data and model may have drawn from Python's or NumPy's RNG
         random.seed(cfg.run.seed)
         np.random.seed(cfg.run.seed)
-    if ctx.is_main:
-        if resume:
-            run.truncate_metrics(start_epoch)
-        else:
-            save_yaml(cfg, run.config)
-    writer = _tensorboard(cfg, run) if ctx.is_main else None
     params = sum(p.numel() for p in model.parameters())
     if ctx.is_main:
         log(f"{cfg.model.name} ({params / 1e6:.3g} M parameters) on {cfg.data.name}: {len(sets['train'])} training "
             f"and {len(sets['test'])} test examples, {cfg.schedule.epochs} epochs, {ctx.world} process(es) on "
             f"{ctx.device}, {precision(cfg, ctx.device)}, {engine.pipeline} data pipeline")
-    started = time.time()
-    metrics: dict[str, Any] = {}
-    end_epoch = cfg.schedule.epochs if stop_after is None else min(cfg.schedule.epochs, start_epoch + stop_after)
-    t0 = time.time()  # an epoch's time runs from the previous epoch's metrics row: its checkpoint writes count
-    for epoch in range(start_epoch, end_epoch):
-        try:
-            train_loss = engine.train_epoch(epoch)
-        except TrainingDiverged as err:
-            if ctx.is_main:
-                write_text_atomically(run.summary, json.dumps({"status": "diverged", "epoch": epoch + 1}, indent=2))
-            raise TrainingDiverged(f"{err}; the run stopped and keeps its last good checkpoint in "
-                                   f"{run.latest.parent}") from None
-        metrics = {"epoch": epoch + 1, "train_loss": train_loss, **engine.evaluate(), "lr": engine.lr,
-                   "epoch_time": time.time() - t0}
-        t0 = time.time()
-        improved = metrics["test_error"] < best_error
-        best_error = min(best_error, metrics["test_error"])
-        if ctx.is_main:  # the order that keeps the run resumable at every instant: see the module docstring
-            run.append_metrics(metrics)
-            last = epoch + 1 == end_epoch
-            if last or (epoch + 1) % cfg.run.save_every == 0 or improved:
-                state = dict(**engine.state_dict(), epoch=epoch + 1, best_test_error=best_error, rng=_rng_state(),
-                             config=cfg.as_dict(), threads=torch.get_num_threads())
-                if improved:
-                    save_model(run.best, model, overwrite=True, **state)
-                save_model(run.latest, model, overwrite=True, **state)
-            if writer is not None:
-                for key in ("train_loss", "test_loss", "test_error", "lr"):
-                    writer.add_scalar(key, metrics[key], epoch + 1)
-            ema = f", Polyak average {metrics['ema_test_error']:.2%}" if "ema_test_error" in metrics else ""
-            log(f"epoch {epoch + 1}/{cfg.schedule.epochs}: train loss {train_loss:.4f}, test loss "
-                f"{metrics['test_loss']:.4f}, test error {metrics['test_error']:.2%}{ema} ({metrics['epoch_time']:.1f} s)")
-        dist_.barrier(ctx)
+    r = OpenRun(cfg, run, model, engine, start_epoch, best_error, params)
+    if write:
+        start_files(r, payload is not None, ctx)
+    return r
+
+
+def start_files(r: OpenRun, resumed: bool, ctx: dist_.Context) -> None:
+    """A run's first writes: drop the metrics rows after the checkpoint it resumes, or write config.yaml; open
+    its TensorBoard writer."""
+    if ctx.is_main:
+        if resumed:
+            r.run.truncate_metrics(r.start_epoch)
+        else:
+            save_yaml(r.cfg, r.run.config)
+        r.writer = _tensorboard(r.cfg, r.run)
+
+
+def write_diverged(run: RunDir, epoch: int) -> None:
+    """The summary of a run whose loss went non-finite in ``epoch`` (0-based); its checkpoints stay."""
+    write_text_atomically(run.summary, json.dumps({"status": "diverged", "epoch": epoch + 1}, indent=2))
+
+
+def end_epoch_writes(r: OpenRun, metrics: dict[str, Any], end_epoch: int, ctx: dist_.Context,
+                     log: Callable[[str], None], rng: dict[str, Any]) -> None:
+    """An epoch's writes, in the order that keeps the run resumable at every instant (module docstring): its
+    metrics row, best.pt when it improved, latest.pt when due - ``r.model`` and ``r.engine`` hold the state."""
+    cfg, run, epoch = r.cfg, r.run, metrics["epoch"] - 1
+    improved = metrics["test_error"] < r.best_error
+    r.best_error = min(r.best_error, metrics["test_error"])
+    if not ctx.is_main:
+        return
+    run.append_metrics(metrics)
+    last = epoch + 1 == end_epoch
+    if last or (epoch + 1) % cfg.run.save_every == 0 or improved:
+        state = dict(**r.engine.state_dict(), epoch=epoch + 1, best_test_error=r.best_error, rng=rng,
+                     config=cfg.as_dict(), threads=torch.get_num_threads())
+        if improved:
+            save_model(run.best, r.model, overwrite=True, **state)
+        save_model(run.latest, r.model, overwrite=True, **state)
+    if r.writer is not None:
+        for key in ("train_loss", "test_loss", "test_error", "lr"):
+            r.writer.add_scalar(key, metrics[key], epoch + 1)
+    ema = f", Polyak average {metrics['ema_test_error']:.2%}" if "ema_test_error" in metrics else ""
+    log(f"epoch {epoch + 1}/{cfg.schedule.epochs}: train loss {metrics['train_loss']:.4f}, test loss "
+        f"{metrics['test_loss']:.4f}, test error {metrics['test_error']:.2%}{ema} ({metrics['epoch_time']:.1f} s)")
+
+
+def write_summary(r: OpenRun, end_epoch: int, metrics: dict[str, Any], started: float,
+                  ctx: dist_.Context) -> dict[str, Any]:
+    """summary.json of an invocation that trained up to ``end_epoch`` (``metrics``: its last row, if any)."""
+    cfg, run = r.cfg, r.run
     finished = end_epoch == cfg.schedule.epochs
     last_row = metrics or (run.read_metrics() or [{}])[-1]
     summary = {"status": "finished" if finished else "stopped", "epochs_done": end_epoch,
-               "epochs": cfg.schedule.epochs, "best_test_error": best_error,
-               "final_test_error": last_row.get("test_error"), "params": params, "precision": precision(cfg, ctx.device),
-               "pipeline": engine.pipeline,
+               "epochs": cfg.schedule.epochs, "best_test_error": r.best_error,
+               "final_test_error": last_row.get("test_error"), "params": r.params,
+               "precision": precision(cfg, ctx.device), "pipeline": r.engine.pipeline,
                "wall_time": time.time() - started, "processes": ctx.world}
     if "ema_test_error" in last_row:
         summary["final_ema_test_error"] = last_row["ema_test_error"]
     if ctx.is_main:
         write_text_atomically(run.summary, json.dumps(summary, indent=2))
-        if writer is not None:
-            writer.close()
+        if r.writer is not None:
+            r.writer.close()
     return summary
 
 

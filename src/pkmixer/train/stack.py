@@ -25,8 +25,8 @@ their last finite step, without host synchronisation in the step. ``torch.func.v
 index pairs and :class:`~pkmixer.layers.pk.PermuteColumns`) nor CSR weights (whose sizes differ per seed), and
 where it runs it measured slower than these layers (section s), so it is not used.
 
-Not part of it yet: sweep integration (run directories, checkpoints, resume, grouping runs of a sweep),
-learning-rate schedules, augmentation and per-member learning rates.
+Real runs - run directories, checkpoints, resume, schedules, augmentation - trained as one stack are
+:mod:`pkmixer.train.stack_runs`. Not part of it yet: per-member learning rates.
 """
 from __future__ import annotations
 

@@ -1,0 +1,224 @@
+"""K runs trained as one stack (pkmixer.train.stack_runs): each run directory equals its solo loop.train run, resumes
+alone or restacked, regroups after a kill between two members' writes, and a diverging member stops alone."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
+
+from pkmixer import atomic
+from pkmixer.checkpoint import read_checkpoint
+from pkmixer.errors import ConfigError
+from pkmixer.train import loop
+from pkmixer.train.config import build_config
+from pkmixer.train.engine import TrainingDiverged
+from pkmixer.train.stack_runs import member_losses, train_stack
+
+# an RP S-Mixer on 8x8 digits, 2 blocks, crop + flip and label smoothing, warm-up then cosine: ~0.1 s an epoch
+CFG = {"data.name": "digits", "model.name": "rp_smixer_t4_28", "model.img_size": 8, "model.patch_size": 2,
+       "model.in_chans": 1, "model.depth": 2, "model.embed_dim": 16, "data.batch_size": 32,
+       "data.train_subset": 256, "data.test_subset": 128, "data.crop_padding": 1, "data.hflip": True,
+       "data.label_smoothing": 0.1, "optim.name": "adamw", "optim.lr": 0.01, "optim.weight_decay": 0.05,
+       "schedule.epochs": 2, "schedule.warmup_epochs": 0.5, "run.progress": False, "run.device": "cpu"}
+SEEDS = (0, 1, 2)
+QUIET = dict(log=lambda _: None)
+
+
+def cfg(seed: int, **extra):
+    return build_config(None, {**CFG, "run.seed": seed, "model.structure_seed": seed, **extra})
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def solo(tmp_path_factory):
+    """Each seed's uninterrupted solo run."""
+    root = tmp_path_factory.mktemp("solo")
+    torch.set_num_threads(1)
+    for s in SEEDS:
+        loop.train(cfg(s), root / f"s{s}", **QUIET)
+    return root
+
+
+def close(a, b, where: str = "") -> None:
+    """Equal to float tolerance through dicts, lists and tuples (tensors and floats), exactly otherwise."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape, where
+        if a.is_floating_point():
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=where)
+        else:
+            assert torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), f"{where}: {sorted(a)} != {sorted(b)}"
+        for k in a:
+            close(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            close(x, y, f"{where}[{i}]")
+    elif isinstance(a, float):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-5), f"{where}: {a} != {b}"
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def outcome(run: Path) -> dict:
+    """A run directory's results, timing and stack fields dropped; no temporary file left."""
+    assert not [p for p in run.rglob("*") if atomic.is_temp_file(p)]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        for key in ("epoch_time", "stack_members", "stack_member"):
+            row.pop(key, None)
+    summary = json.loads((run / "summary.json").read_text())
+    summary.pop("wall_time", None)
+    out = {"files": sorted(str(p.relative_to(run)) for p in run.rglob("*")), "metrics": rows, "summary": summary}
+    for name in ("latest", "best"):
+        path = run / "checkpoints" / f"{name}.pt"
+        if path.exists():
+            out[name] = read_checkpoint(path)
+    return out
+
+
+def test_stacked_runs_equal_solo_runs(solo, tmp_path):
+    dirs = [tmp_path / f"s{s}" for s in SEEDS]
+    summaries = train_stack([cfg(s) for s in SEEDS], dirs, **QUIET)
+    assert [s["status"] for s in summaries] == ["finished"] * 3
+    for s, d in zip(SEEDS, dirs):
+        ours, theirs = outcome(d), outcome(solo / f"s{s}")
+        close(ours, theirs, f"seed {s}")
+        rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+        assert [(r["stack_members"], r["stack_member"]) for r in rows] == [(3, s)] * 2
+        alone = loop.evaluate_run(d, "best")  # the checkpoint loads alone
+        close({k: v for k, v in alone.items() if k != "run"},
+              {k: v for k, v in loop.evaluate_run(solo / f"s{s}", "best").items() if k != "run"})
+    # the members differ from each other: each its own seed, permutations and data
+    a, b = (read_checkpoint(d / "checkpoints" / "latest.pt")["state_dict"] for d in dirs[:2])
+    assert not torch.equal(a["blocks.0.token.mixing.in_index"], b["blocks.0.token.mixing.in_index"])
+
+
+def test_stopped_stack_resumes_alone_and_restacked(solo, tmp_path):
+    dirs = [tmp_path / f"s{s}" for s in SEEDS]
+    summaries = train_stack([cfg(s) for s in SEEDS], dirs, stop_after=1, **QUIET)
+    assert [(s["status"], s["epochs_done"]) for s in summaries] == [("stopped", 1)] * 3
+    loop.train(None, dirs[0], resume=True, **QUIET)  # member 0 alone from its stacked checkpoint
+    train_stack([None, None], dirs[1:], resume=True, **QUIET)  # the others restacked
+    for s, d in zip(SEEDS, dirs):
+        close(outcome(d), outcome(solo / f"s{s}"), f"seed {s}")
+
+    # solo checkpoints restack: two solo runs stopped after an epoch, resumed as one stack
+    again = [tmp_path / f"again{s}" for s in SEEDS[:2]]
+    for s, d in zip(SEEDS, again):
+        loop.train(cfg(s), d, stop_after=1, **QUIET)
+    train_stack([cfg(s) for s in SEEDS[:2]], again, resume=True, **QUIET)
+    for s, d in zip(SEEDS, again):
+        close(outcome(d), outcome(solo / f"s{s}"), f"seed {s} restacked")
+
+
+def _child(dirs: list[Path], *, resume: bool = False, fault: str | None = None, trace: Path | None = None) -> int:
+    """train_stack of the first len(dirs) seeds in a forked child with one thread; its wait status."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 0
+        try:
+            for key, value in ((atomic.FAULT_ENV, fault), (atomic.FAULT_TRACE_ENV, trace)):
+                os.environ.pop(key, None)
+                if value is not None:
+                    os.environ[key] = str(value)
+            atomic.reset_fault_counts()
+            torch.set_num_threads(1)
+            train_stack([cfg(s) for s in SEEDS[:len(dirs)]], dirs, resume=resume, **QUIET)
+        except BaseException:
+            code = 3
+        os._exit(code)
+    return os.waitpid(pid, 0)[1]
+
+
+def test_kill_between_members_regroups_to_the_uninterrupted_result(tmp_path):
+    """Killed between two members' writes of an epoch, members are left at different epochs: the resume trains
+    the one behind alone until it catches up, then both as one stack, and ends where the uninterrupted run does."""
+    reference = [tmp_path / "ref" / f"s{s}" for s in SEEDS[:2]]
+    status = _child(reference, trace=tmp_path / "trace")
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    points = (tmp_path / "trace").read_text().split()
+    # appends: member 0's row of epoch 1, member 1's, then epoch 2's; each member's checkpoints follow its row
+    assert sum(p.startswith("before-append:") for p in points) == 4
+    expected = [outcome(d) for d in reference]
+    for fault in ("before-append:2", "after-append:2", "before-append:4", "after-rename:"):
+        if fault == "after-rename:":  # member 0's epoch-2 latest.pt in place, member 1's epoch 2 not written
+            fault += str(sum(p.startswith("after-rename:") for p in points[:points.index("before-append:4")]))
+        run = [tmp_path / fault.replace(":", "-") / f"s{s}" for s in SEEDS[:2]]
+        status = _child(run, fault=fault)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, f"{fault} was not reached"
+        done = [read_checkpoint(d / "checkpoints" / "latest.pt")["epoch"] if (d / "checkpoints" / "latest.pt").exists()
+                else 0 for d in run]
+        assert done[0] == done[1] + 1, f"{fault}: members at epochs {done}"
+        status = _child(run, resume=True)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        for d, want in zip(run, expected):
+            close(outcome(d), want, f"{fault} {d.name}")
+        rows = [json.loads(line) for line in (run[1] / "metrics.jsonl").read_text().splitlines()]
+        # behind by epoch 1, member 1 trains it alone and then regroups with member 0 for epoch 2
+        assert [r["stack_members"] for r in rows] == ([1, 2] if done[1] == 0 else [2, 1]), fault
+
+
+def test_diverging_member_stops_alone(solo, tmp_path):
+    dirs = [tmp_path / f"s{s}" for s in SEEDS[:2]]
+    train_stack([cfg(s) for s in SEEDS[:2]], dirs, stop_after=1, **QUIET)
+    latest = dirs[1] / "checkpoints" / "latest.pt"
+    payload = read_checkpoint(latest)
+    payload["state_dict"]["head.weight"][0, 0] = float("inf")  # its loss goes non-finite in epoch 2
+    torch.save(payload, latest)
+    solo_copy = tmp_path / "solo1"
+    shutil.copytree(dirs[1], solo_copy)
+    out = train_stack([None, None], dirs, resume=True, **QUIET)
+    assert out[0]["status"] == "finished" and out[1]["status"] == "diverged" and out[1]["epoch"] == 2
+    close(outcome(dirs[0]), outcome(solo / "s0"))  # the other member is untouched
+    with pytest.raises(TrainingDiverged):
+        loop.train(None, solo_copy, resume=True, **QUIET)
+    close(outcome(dirs[1]), outcome(solo_copy))  # the status and files a solo run leaves
+    assert outcome(dirs[1])["summary"] == {"status": "diverged", "epoch": 2}
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"optim.lr": 0.02}, "differs from run 0 in optim.lr"),
+    ({"model.depth": 1}, "differs from run 0 in model.depth"),
+])
+def test_refuses_runs_that_differ_in_more_than_seeds(tmp_path, extra, words):
+    with pytest.raises(ConfigError, match=words):
+        train_stack([cfg(0), cfg(1, **extra)], [tmp_path / "a", tmp_path / "b"], **QUIET)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # no trace left
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"data.pipeline": "per-sample"}, "resident data pipeline"),
+    ({"optim.clip_grad": 1.0}, "gradient clipping or EMA"),
+    ({"model.name": "swmlp_t4_28", "model.embed_dim": 4}, "CSR SparseLinear"),
+    ({"model.drop_path_rate": 0.1}, "dropout or stochastic depth"),
+])
+def test_refuses_what_cannot_stack(tmp_path, extra, words):
+    with pytest.raises(ConfigError, match=words):
+        train_stack([cfg(0, **extra), cfg(1, **extra)], [tmp_path / "a", tmp_path / "b"], **QUIET)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_member_losses_equal_each_members_criterion():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 8, 10, generator=g)
+    hard = torch.randint(0, 10, (3, 8), generator=g)
+    soft = torch.softmax(torch.randn(3, 8, 10, generator=g), -1)
+    for criterion, targets in ((torch.nn.CrossEntropyLoss(), hard), (LabelSmoothingCrossEntropy(0.1), hard),
+                               (SoftTargetCrossEntropy(), soft)):
+        want = torch.stack([criterion(logits[k], targets[k]) for k in range(3)])
+        torch.testing.assert_close(member_losses(criterion, logits, targets), want)
