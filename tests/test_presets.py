@@ -533,7 +533,7 @@ def test_table1_verdict(tmp_path):
         base = {"model": "Mixer-SS/7", "P": 7, "S": 16, "C": 128, "gamma": 4.0, "blocks": 2, "max_width": 8192,
                 "omega": 1.0, "connections": 8.0}
         wide = {**base, "model": "Mixer-SS-W/4", "P": 4, "S": 49, "C": 57, "max_width": 11172}
-        return _rows([(base, 0.15), (wide, wide_error)])
+        return _rows([(base, 0.15), (wide, wide_error)], FIVE)
 
     preset = get_preset("table1")
     assert preset.analyze(rows(0.12), tmp_path, "small").supported is True
@@ -543,9 +543,9 @@ def test_table1_verdict(tmp_path):
 def test_figs4_verdict(tmp_path):
     def rows(costliest):
         points = [({"model": "S-Mixer", "rp_block": None}, 0.20), ({"model": "RP S-Mixer", "rp_block": None}, 0.25)]
-        points += [({"model": f"RP block {b}", "rp_block": b}, 0.21 + (0.03 if b == costliest else 0))
+        points += [({"model": f"RP block {b}", "rp_block": b}, 0.201 + (0.03 if b == costliest else 0))
                    for b in (1, 2, 3, 4)]
-        return _rows(points)
+        return _rows(points, FIVE)
 
     preset = get_preset("figs4")
     assert preset.analyze(rows(1), tmp_path, "small").supported is True
@@ -555,7 +555,7 @@ def test_figs4_verdict(tmp_path):
 def test_figs5_verdict(tmp_path):
     def rows(best):
         return _rows([({"model": family, "patch": p, "C0": p * p, "S0": (28 // p) ** 2}, 0.1 + 0.01 * abs(p - best))
-                      for family in ("S-Mixer", "RP S-Mixer") for p in (1, 2, 4, 7, 14, 28)])
+                      for family in ("S-Mixer", "RP S-Mixer") for p in (1, 2, 4, 7, 14, 28)], FIVE)
 
     preset = get_preset("figs5")
     assert preset.analyze(rows(4), tmp_path, "small").supported is True
@@ -597,7 +597,7 @@ def test_figs2_verdict(name, sign, supported, tmp_path):
     points = [({"model": family, "omega": 2**17, "C": None, "S": None, "width": m, "density": None},
                0.2 + sign * 0.01 * i) for family in ("MLP-Mixer", "RP MLP-Mixer", "SW-MLP")
               for i, m in enumerate((100, 200, 400, 800))]
-    assert get_preset(name).analyze(_rows(points), tmp_path, "small").supported is supported
+    assert get_preset(name).analyze(_rows(points, FIVE), tmp_path, "small").supported is supported
 
 
 def test_figs3_verdict(tmp_path):
@@ -610,7 +610,7 @@ def test_figs3_verdict(tmp_path):
                     meta = {"model": family, "omega": omega, "width": 256, "C": C, "S": 256 // C,
                             "gamma": round(gamma, 4)}
                     points.append((meta, 0.2 - 0.01 * gamma + (0 if C == best_c else 0.05)))
-        return _rows(points)
+        return _rows(points, FIVE)
 
     preset = get_preset("figs3")
     assert preset.analyze(rows(16), tmp_path, "small").supported is True
@@ -625,7 +625,7 @@ def _with_curves(rows, curve_of):
 def test_figs6_verdict_measures_overfitting_from_the_curves(tmp_path):
     def verdict(rp_rise, where):
         rows = _rows([({"model": f, "omega": 2**15, "C": C, "S": 4096 // C}, 0.1)
-                      for f in ("S-Mixer", "RP S-Mixer") for C in (8, 64)])
+                      for f in ("S-Mixer", "RP S-Mixer") for C in (8, 16, 64)], FIVE)
         rise = {"S-Mixer": 0.3, "RP S-Mixer": rp_rise}
 
         def curve(row):  # falls to 0.5 at epoch 3, then rises by `rise`
@@ -643,7 +643,7 @@ def test_figs6_verdict_measures_overfitting_from_the_curves(tmp_path):
 
 def test_figs8_verdict_reads_final_losses(tmp_path):
     def verdict(rp_final):
-        rows = _rows([({"model": f, "C": 64, "S": 64}, 0.1) for f in ("MLP-Mixer", "RP MLP-Mixer")])
+        rows = _rows([({"model": f, "C": 64, "S": 64}, 0.1) for f in ("MLP-Mixer", "RP MLP-Mixer")], FIVE)
 
         def curve(row):
             end = rp_final if row["model"] == "RP MLP-Mixer" else 0.5

@@ -6,7 +6,8 @@ Every number a preset reports about its runs comes from here:
   :func:`format_mean_std`, :func:`gap` (two summaries' difference and pooled std);
 * rank correlation - :func:`rank_correlation` (Spearman's ρ, ties averaged: SciPy's);
 * per-seed statistics - :func:`per_seed_trend` (within one seed's runs: Spearman ρ or the least-squares slope of
-  a value against an ordered factor), :func:`per_seed_difference` (arm A − arm B for the seeds both arms have);
+  a value against an ordered factor), :func:`per_seed_difference` (arm A − arm B for the seeds both arms have),
+  :func:`per_seed_table` (a seed's value in every arm, for a statistic over arms' means such as the lowest);
 * intervals - :func:`bootstrap_interval`: the paired bootstrap over seeds. A seed is the resampling unit: each
   resample draws n seeds with replacement and keeps all of a seed's runs together (whatever arms, widths or
   depths they cover), so the pairing of runs that share a seed (data order, initialisation, permutations, masks)
@@ -167,6 +168,23 @@ def per_seed_ratio(rows_a: Sequence[dict], rows_b: Sequence[dict], value: str, *
                    seed_key: str = "seed") -> dict[Any, float]:
     """Seed -> mean ``value`` of arm A's rows over arm B's, over the paired seeds where B's is not 0."""
     return {s: a / b for s, (a, b) in _paired_means(rows_a, rows_b, value, seed_key).items() if b}
+
+
+def per_seed_table(rows: Sequence[dict], key: str | Callable[[dict], Any], keys: Sequence[Any],
+                   value: str = "final_test_error", *, seed_key: str = "seed") -> dict[Any, list[float]]:
+    """Seed -> [mean ``value`` of the seed's rows whose ``key`` (a column or a function of a row) is k, for k in
+    ``keys``], for the seeds with a finite value at every k (the pairing: a seed missing an arm is dropped). Its
+    values are whole-seed rows for :func:`bootstrap_interval` with a statistic over arms (e.g. a minimum over
+    arms of their means over seeds). Such a minimum (maximum) leans below (above) the arms' common mean when
+    there is no effect, so a rule on it errs that way more often than its level says: a preset that uses one
+    states which way."""
+    get = key if callable(key) else (lambda row: row.get(key))
+    out = {}
+    for seed, group in _by_seed(rows, seed_key).items():
+        cells = [[r[value] for r in group if get(r) == k and finite(r.get(value))] for k in keys]
+        if keys and all(cells):
+            out[seed] = [float(np.mean(c)) for c in cells]
+    return out
 
 
 # ---- the paired bootstrap over seeds ---------------------------------------------------------------------

@@ -9,8 +9,13 @@ Command::
 
 The paper's claim: with the expansion factor γ = 4 in the blocks, the test error still falls as the effective
 width grows, for normal and RP MLP-Mixers (m = SC) and for SW-MLPs (m = √(Ω/(γp))). What a run shows: mean test
-error ± std over seeds against m, one line per family and Ω; the verdict is Spearman's ρ(m, error) per line,
-supported when every ρ is negative.
+error ± std over seeds against m, one line per family and Ω. The verdict has one part per line, a statistic with
+its 90 % paired-bootstrap interval over seeds (a seed's runs at every width share the seed) and a rule declared
+below before any run is read (pkmixer.experiments.stats): with three widths or more the mean over seeds of the
+within-seed Spearman ρ(m, error), claimed < 0 (:data:`TREND_RULE`); with two, the narrowest point's error minus
+the widest one's, claimed > 0 (:data:`WIDEST_RULE`). Supported when every line is, contradicted when any line
+is, undecided otherwise (and with fewer than 5 seeds: pass ``--seeds 5``). The numbers add each line's lowest
+error, Spearman's ρ of the mean errors, and the narrowest-minus-widest difference with its interval.
 
 Scales:
 
@@ -30,7 +35,8 @@ from pathlib import Path
 
 from ...theory.width import mixer_omega, swmlp_width, tokens_for_channels
 from ..preset import Analysis, Preset, register_preset
-from ..stats import aggregate, format_mean_std, rank_correlation
+from ..stats import (Rule, aggregate, bootstrap_verdict, format_mean_std, interval_text, overall, per_seed_difference,
+                     rank_correlation, summary, trend_verdict)
 from ..sweep import RunSpec
 from . import recipes
 from .measures import error_plot, finished
@@ -38,6 +44,13 @@ from .measures import error_plot, finished
 GAMMA = 4.0
 PAPER_DATASETS = ("cifar10", "cifar100")
 FAMILIES = {"MLP-Mixer": "mixer", "RP MLP-Mixer": "rpmixer", "SW-MLP": "swmlp"}
+# The verdict's rules, fixed before any run is read (issue 16; pkmixer.experiments.stats): "the error falls as m
+# grows" is a negative rank correlation within each seed (fig5's rule); a line of two widths has no rank to
+# correlate, and falls when its narrowest point is worse than its widest
+LEVEL = 0.90
+TREND_RULE = Rule("mean over seeds of Spearman ρ(m, test error)", threshold=0.0, direction="below", level=LEVEL)
+WIDEST_RULE = Rule("test error at the narrowest minus the widest m", threshold=0.0, direction="above", level=LEVEL,
+                   scale=100, unit=" points")
 
 
 @dataclass(frozen=True)
@@ -100,23 +113,35 @@ class FigS2(Preset):
         points.sort(key=lambda p: (list(FAMILIES).index(p["model"]), p["omega"], p["width"]))
         table = [{k: p[k] for k in ("model", "omega", "C", "S", "width", "density")} |
                  {"test_error_mean": p["mean"], "test_error_std": p["std"], "seeds": p["n"]} for p in points]
-        numbers, rhos = {}, {}
+        done = finished(rows)
+        numbers, rhos, verdicts = {}, {}, []
         for line in dict.fromkeys(p["line"] for p in points):
             group = [p for p in points if p["line"] == line]
             rhos[line] = rank_correlation([p["width"] for p in group], [p["mean"] for p in group])
             best = min(group, key=lambda p: p["mean"])
             numbers[f"{line}: lowest error"] = f"{format_mean_std(best, percent=True)} at m = {best['width']}"
             numbers[f"{line}: Spearman ρ(m, error)"] = None if rhos[line] is None else round(rhos[line], 3)
-        decided = {k: v for k, v in rhos.items() if v is not None}
-        listed = "; ".join(f"{k}: ρ = {v:+.2f}" for k, v in decided.items()) or "no line has three widths"
-        supported = None
-        if scale != "smoke" and decided and len(decided) == len(rhos):
-            supported = all(v < 0 for v in decided.values())
-        verdict = f"Spearman ρ between effective width and mean test error - {listed}."
+            runs = [r for r in done if r["model"] == group[0]["model"] and r["omega"] == group[0]["omega"]]
+            widths = sorted({r["width"] for r in runs})
+            difference = per_seed_difference([r for r in runs if r["width"] == widths[0]],
+                                             [r for r in runs if r["width"] == widths[-1]])
+            if len(widths) > 1:
+                numbers[f"{line}: error at the narrowest minus the widest m"] = \
+                    interval_text(difference, level=LEVEL, scale=100.0, unit=" points")
+            claim = f"{line}: error falls as m grows"
+            verdicts.append(bootstrap_verdict(difference, WIDEST_RULE, claim) if len(widths) == 2
+                            else trend_verdict(runs, "width", TREND_RULE, claim))
+        supported = None if scale == "smoke" else overall(verdicts)
+        listed = summary(verdicts) or "no finished runs."
+        if supported is None:
+            verdict = f"Error against effective width at γ = 4 - undecided: {listed}"
+        else:
+            verdict = (f"Test error {'falls' if supported else 'does not fall on every line'} as the effective "
+                       f"width grows at γ = 4 - {listed}")
         if scale == "smoke":
             verdict += " (Smoke scale: too short to decide.)"
         data = ", ".join(sorted({str(r.get("dataset")) for r in rows}))
         figure = error_plot(points, "width", "line", f"Fig. S.2: error against effective width, γ = 4 ({data})",
                             "effective width m")
         return Analysis(figures={"figs2": figure}, tables={"figs2": table}, numbers=numbers, verdict=verdict,
-                        supported=supported)
+                        supported=supported, verdicts=verdicts)

@@ -12,9 +12,16 @@ minimum - by more than twice as much as the RP S-Mixer, worst at the largest C (
 AutoAugment and MLP-Mixers (γ = 4) the RP model still ends with the lower test loss at the largest C, while its
 training loss stays above the normal model's. What a run shows: the mean test-loss curves over seeds for every C
 (and the min-max band at the largest C, with the training loss for S.7); the table gives, per family and C, the
-overfitting (final minus minimal test loss, mean ± std over seeds) and the final losses. Verdicts: S.6 is
-supported when, at the largest C, the normal model's overfitting is at least twice the RP model's; S.7 when the
-RP model's final test loss is the lower one there.
+overfitting (final minus minimal test loss, mean ± std over seeds) and the final losses. Each verdict part is a
+mean over seeds of a per-seed statistic (a seed's normal and RP runs share the seed) with its 90 %
+paired-bootstrap interval over seeds and a rule declared below before any run is read
+(pkmixer.experiments.stats). S.6: at the largest C, overfitting(normal) − 2 × overfitting(RP), claimed > 0
+(:data:`TWICE_RULE`: "more than twice", without dividing by an RP overfitting near 0), and "especially at the
+largest C", the within-seed Spearman ρ(C, overfitting(normal) − overfitting(RP)), claimed > 0
+(:data:`GROWS_RULE`). S.7: at the largest C, final test loss(RP) − final test loss(normal), claimed < 0
+(:data:`TEST_LOSS_RULE`), and final training loss(RP) − final training loss(normal), claimed > 0
+(:data:`TRAIN_LOSS_RULE`). Supported when both parts are, contradicted when either is, undecided otherwise (and
+with fewer than 5 seeds: pass ``--seeds 5``).
 
 Scales:
 
@@ -38,12 +45,25 @@ from matplotlib.figure import Figure
 
 from ...theory.width import symmetric_pairs
 from ..preset import Analysis, Preset, register_preset
-from ..stats import mean_std
+from ..stats import (Rule, bootstrap_verdict, interval_text, mean_std, overall, per_seed_difference, per_seed_table,
+                     per_seed_trend, summary)
 from ..sweep import RunSpec
 from . import recipes
 from .measures import COLOURS, finished, learning_curves, mean_curve, overfitting
 
 PAPER_CHANNELS = (16, 32, 64, 114, 173)
+# The verdicts' rules, fixed before any run is read (issue 16; pkmixer.experiments.stats); losses are the
+# runs' cross-entropies (nats)
+LEVEL = 0.90
+_LOSS = {"level": LEVEL, "digits": 4}
+TWICE_RULE = Rule("mean over seeds of overfitting(normal) − 2 × overfitting(RP) at the largest C", threshold=0.0,
+                  direction="above", **_LOSS)
+GROWS_RULE = Rule("mean over seeds of Spearman ρ(C, overfitting(normal) − overfitting(RP))", threshold=0.0,
+                  direction="above", level=LEVEL)
+TEST_LOSS_RULE = Rule("mean over seeds of final test loss(RP) − final test loss(normal) at the largest C",
+                      threshold=0.0, direction="below", **_LOSS)
+TRAIN_LOSS_RULE = Rule("mean over seeds of final training loss(RP) − final training loss(normal) at the largest C",
+                       threshold=0.0, direction="above", **_LOSS)
 
 
 @dataclass(frozen=True)
@@ -136,6 +156,18 @@ class _Overfitting(Preset):
             ax.legend(fontsize=7)
         return fig
 
+    def _per_run(self, rows: list[dict], curves: dict) -> list[dict]:
+        """One row per run with a curve: its seed, family, C, overfitting and final test and training losses."""
+        return [{"seed": r.get("seed"), "model": r["model"], "C": r["C"],
+                 "overfitting": overfitting([e["test_loss"] for e in curves[r["run"]]]),
+                 "final_test_loss": curves[r["run"]][-1]["test_loss"],
+                 "final_train_loss": curves[r["run"]][-1]["train_loss"]} for r in rows if curves[r["run"]]]
+
+    def _paired(self, runs: list[dict], C: int, value: str) -> dict:
+        """Seed -> RP minus normal ``value`` at ``C``."""
+        normal, rp = ([r for r in runs if r["model"] == f and r["C"] == C] for f in self.families)
+        return per_seed_difference(rp, normal, value)
+
     def _at_largest(self, table: list[dict]) -> tuple[dict | None, dict | None]:
         if not table:
             return None, None
@@ -166,20 +198,33 @@ class FigS6(_Overfitting):
         normal, rp = self._at_largest(table)
         numbers = {f"{t['model']}, C = {t['C']}: overfitting (final − min test loss)":
                    {"mean": t["overfitting_mean"], "std": t["overfitting_std"], "n": t["seeds"]} for t in table}
-        supported, verdict = None, "Both families must finish at the largest C."
+        supported, verdict, verdicts = None, "Both families must finish at the largest C.", []
         if normal and rp:
             ratio = _ratio(normal["overfitting_mean"], rp["overfitting_mean"])
             numbers["overfitting ratio normal / RP at the largest C"] = ratio
+            runs, C = self._per_run(rows, curves), normal["C"]
+            pairs = per_seed_table([r for r in runs if r["C"] == C], "model", list(self.families), "overfitting")
+            twice = {seed: n - 2 * r for seed, (n, r) in pairs.items()}
+            numbers["overfitting normal − 2 × RP at the largest C"] = interval_text(twice, level=LEVEL, digits=4)
+            excess = [{"seed": seed, "C": c, "excess": -d} for c in sorted({r["C"] for r in runs})
+                      for seed, d in self._paired(runs, c, "overfitting").items()]  # normal − RP
+            grows = per_seed_trend(excess, "C", "excess")
+            numbers["Spearman ρ(C, overfitting normal − RP) per seed"] = interval_text(grows, level=LEVEL)
+            verdicts = [bootstrap_verdict(twice, TWICE_RULE, claim=f"The normal S-Mixer overfits more than twice as "
+                                          f"much as the RP one at C = {C}"),
+                        bootstrap_verdict(grows, GROWS_RULE,
+                                          claim="The normal S-Mixer's excess overfitting grows with C")]
             verdict = (f"At C = {normal['C']} (S = {normal['S']}) the normal S-Mixer's test loss ends "
                        f"{normal['overfitting_mean']:.4f} above its minimum, the RP S-Mixer's "
                        f"{rp['overfitting_mean']:.4f}: " + ("neither overfits" if ratio is None else
-                                                            f"a ratio of {ratio:.3g}") + " (the paper: more than 2).")
-            supported = None if scale == "smoke" else ratio is not None and ratio >= 2
+                                                            f"a ratio of {ratio:.3g}") + " (the paper: more than 2). "
+                       + summary(verdicts))
+            supported = None if scale == "smoke" else overall(verdicts)
         if scale == "smoke":
             verdict += " (Smoke scale: too short to decide.)"
         figure = self._figure(rows, curves, "Fig. S.6", "test_loss")
         return Analysis(figures={"figs6": figure}, tables={"figs6": table}, numbers=numbers, verdict=verdict,
-                        supported=supported)
+                        supported=supported, verdicts=verdicts)
 
 
 @register_preset
@@ -206,17 +251,26 @@ class FigS7(_Overfitting):
         normal, rp = self._at_largest(table)
         numbers = {f"{t['model']}, C = {t['C']}: final test / train loss":
                    f"{t['final_test_loss_mean']:.4f} / {t['final_train_loss_mean']:.4f}" for t in table}
-        supported, verdict = None, "Both families must finish at the largest C."
+        supported, verdict, verdicts = None, "Both families must finish at the largest C.", []
         if normal and rp:
             lower = rp["final_test_loss_mean"] < normal["final_test_loss_mean"]
+            runs, C = self._per_run(rows, curves), normal["C"]
+            test, train = (self._paired(runs, C, key) for key in ("final_test_loss", "final_train_loss"))
+            numbers["final test loss RP − normal at the largest C"] = interval_text(test, level=LEVEL, digits=4)
+            numbers["final training loss RP − normal at the largest C"] = interval_text(train, level=LEVEL, digits=4)
+            verdicts = [bootstrap_verdict(test, TEST_LOSS_RULE, claim=f"The RP MLP-Mixer ends with the lower test "
+                                          f"loss at C = {C}"),
+                        bootstrap_verdict(train, TRAIN_LOSS_RULE, claim=f"The RP MLP-Mixer's training loss stays "
+                                          f"above the normal one's at C = {C}")]
             verdict = (f"At C = {normal['C']} (S = {normal['S']}) the final test loss is "
                        f"{rp['final_test_loss_mean']:.4f} for the RP MLP-Mixer and "
                        f"{normal['final_test_loss_mean']:.4f} for the normal one "
                        f"({'RP lower' if lower else 'RP not lower'}); final training loss "
-                       f"{rp['final_train_loss_mean']:.4f} against {normal['final_train_loss_mean']:.4f}.")
-            supported = None if scale == "smoke" else lower
+                       f"{rp['final_train_loss_mean']:.4f} against {normal['final_train_loss_mean']:.4f}. "
+                       + summary(verdicts))
+            supported = None if scale == "smoke" else overall(verdicts)
         if scale == "smoke":
             verdict += " (Smoke scale: too short to decide.)"
         figure = self._figure(rows, curves, "Fig. S.7", "train_loss")
         return Analysis(figures={"figs7": figure}, tables={"figs7": table}, numbers=numbers, verdict=verdict,
-                        supported=supported)
+                        supported=supported, verdicts=verdicts)

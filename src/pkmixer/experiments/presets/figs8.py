@@ -10,9 +10,14 @@ Command::
 The paper's claim: trained with AdamW (lr 0.01) and AutoAugment, neither model's test loss rises much at
 C = S = 64, but the normal MLP-Mixer's plateaus while the RP MLP-Mixer's keeps falling, so that the RP model ends
 with the lower test loss and the higher test accuracy. What a run shows: the mean test-loss, training-loss and
-test-error curves over seeds with min-max bands; the verdict compares the final test loss and test error (mean
-over seeds) and the slope of the test loss over the last quarter of training; supported when the RP model ends
-lower in both test loss and test error.
+test-error curves over seeds with min-max bands, the final losses and errors and the slope of the test loss over
+the last quarter of training. The verdict has three parts, each the mean over seeds of RP minus normal (a seed's
+two runs share the seed) with its 90 % paired-bootstrap interval over seeds and a rule declared below before any
+run is read (pkmixer.experiments.stats), each claimed < 0: the final test loss (:data:`TEST_LOSS_RULE`), the
+final test error (:data:`TEST_ERROR_RULE`), and the least-squares slope of the test loss per epoch over the last
+quarter of training - the RP model's keeps falling where the normal one's plateaus (:data:`SLOPE_RULE`).
+Supported when all three are, contradicted when any is, undecided otherwise (and with fewer than 5 seeds: pass
+``--seeds 5``).
 
 Scales:
 
@@ -31,12 +36,30 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..preset import Analysis, Preset, register_preset
-from ..stats import mean_std
+from ..stats import Rule, bootstrap_verdict, interval_text, mean_std, overall, per_seed_difference, summary
 from ..sweep import RunSpec
 from . import recipes
 from .measures import COLOURS, finished, learning_curves, mean_curve
 
 FAMILIES = {"MLP-Mixer": ("mixer_s64_32", "mixer"), "RP MLP-Mixer": ("rp_mixer_s64_32", "rpmixer")}
+# The verdict's rules, fixed before any run is read (issue 16; pkmixer.experiments.stats): each part is RP minus
+# normal, paired by seed, claimed below 0 (losses are cross-entropies in nats)
+LEVEL = 0.90
+TEST_LOSS_RULE = Rule("mean over seeds of final test loss(RP) − final test loss(normal)", threshold=0.0,
+                      direction="below", level=LEVEL, digits=4)
+TEST_ERROR_RULE = Rule("mean over seeds of final test error(RP) − final test error(normal)", threshold=0.0,
+                       direction="below", level=LEVEL, scale=100, unit=" points")
+SLOPE_RULE = Rule("mean over seeds of test-loss slope per epoch over the last quarter, RP − normal", threshold=0.0,
+                  direction="below", level=LEVEL, digits=5)
+
+
+def _tail_slope(curve: list[dict]) -> float:
+    """Least-squares slope per epoch of the test loss over the last quarter of a run (at least 2 epochs; NaN for a
+    run of one epoch)."""
+    if len(curve) < 2:
+        return float("nan")
+    tail = max(2, len(curve) // 4)
+    return float(np.polyfit(np.arange(tail), [e["test_loss"] for e in curve[-tail:]], 1)[0])
 
 
 @register_preset
@@ -74,8 +97,7 @@ class FigS8(Preset):
             runs = [curves[r["run"]] for r in rows if r["model"] == family and curves[r["run"]]]
             if not runs:
                 continue
-            tail = max(2, len(runs[0]) // 4)
-            slopes = [np.polyfit(np.arange(tail), [e["test_loss"] for e in c[-tail:]], 1)[0] for c in runs]
+            slopes = [_tail_slope(c) for c in runs]
             stats[family] = {"test_loss": mean_std(c[-1]["test_loss"] for c in runs),
                              "test_error": mean_std(c[-1]["test_error"] for c in runs),
                              "slope": mean_std(slopes)}
@@ -87,22 +109,39 @@ class FigS8(Preset):
         numbers = {f"{f}: final {k.replace('_', ' ')}": v for f, s in stats.items() for k, v in s.items()
                    if k != "slope"}
         numbers.update({f"{f}: test-loss slope per epoch, last quarter": s["slope"] for f, s in stats.items()})
-        supported, verdict = None, "Both families must finish to compare them."
+        supported, verdict, verdicts = None, "Both families must finish to compare them.", []
         if len(stats) == 2:
             normal, rp = stats["MLP-Mixer"], stats["RP MLP-Mixer"]
             loss = rp["test_loss"]["mean"] < normal["test_loss"]["mean"]
             error = rp["test_error"]["mean"] < normal["test_error"]["mean"]
+            runs = [{"seed": r.get("seed"), "model": r["model"], "test_loss": curves[r["run"]][-1]["test_loss"],
+                     "test_error": curves[r["run"]][-1]["test_error"], "slope": _tail_slope(curves[r["run"]])}
+                    for r in rows if r["model"] in FAMILIES and curves[r["run"]]]
+            arms = [[r for r in runs if r["model"] == f] for f in ("RP MLP-Mixer", "MLP-Mixer")]
+            paired = {key: per_seed_difference(*arms, key) for key in ("test_loss", "test_error", "slope")}
+            numbers["final test loss RP − normal"] = interval_text(paired["test_loss"], level=LEVEL, digits=4)
+            numbers["final test error RP − normal"] = interval_text(paired["test_error"], level=LEVEL, scale=100.0,
+                                                                    unit=" points")
+            numbers["test-loss slope RP − normal, last quarter"] = interval_text(paired["slope"], level=LEVEL,
+                                                                                 digits=5)
+            verdicts = [bootstrap_verdict(paired["test_loss"], TEST_LOSS_RULE, "The RP model ends with the lower test "
+                                          "loss"),
+                        bootstrap_verdict(paired["test_error"], TEST_ERROR_RULE, "The RP model ends with the lower "
+                                          "test error"),
+                        bootstrap_verdict(paired["slope"], SLOPE_RULE, "The RP model's test loss falls faster at the "
+                                          "end (the normal one's plateaus)")]
             verdict = (f"Final test loss RP {rp['test_loss']['mean']:.4f} against normal "
                        f"{normal['test_loss']['mean']:.4f}, "
                        f"final test error RP {100 * rp['test_error']['mean']:.2f} % against "
                        f"{100 * normal['test_error']['mean']:.2f} %; test-loss slope over the last quarter "
                        f"{rp['slope']['mean']:+.2e} (RP) and {normal['slope']['mean']:+.2e} (normal) per epoch. "
-                       f"The RP model ends {'lower in both' if loss and error else 'not lower in both'}.")
-            supported = None if scale == "smoke" else loss and error
+                       f"The RP model ends {'lower in both' if loss and error else 'not lower in both'} (means). "
+                       + summary(verdicts))
+            supported = None if scale == "smoke" else overall(verdicts)
         if scale == "smoke":
             verdict += " (Smoke scale: too short to decide.)"
         return Analysis(figures={"figs8": _figure(rows, curves)}, tables={"figs8": table}, numbers=numbers,
-                        verdict=verdict, supported=supported)
+                        verdict=verdict, supported=supported, verdicts=verdicts)
 
 
 def _figure(rows: list[dict], curves: dict) -> Figure:
