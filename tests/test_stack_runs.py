@@ -222,3 +222,27 @@ def test_member_losses_equal_each_members_criterion():
                                (SoftTargetCrossEntropy(), soft)):
         want = torch.stack([criterion(logits[k], targets[k]) for k in range(3)])
         torch.testing.assert_close(member_losses(criterion, logits, targets), want)
+
+
+def test_sweep_stacks_runs_that_differ_in_seeds(tmp_path):
+    from pkmixer.experiments.sweep import RunSpec, run_sweep, stack_groups
+
+    one = {"schedule.epochs": 1}
+    specs = [RunSpec(f"lr{lr}-s{s}", cfg(s, **one, **{"optim.lr": lr}), {"lr": lr, "seed": s})
+             for lr in (0.01, 0.02) for s in SEEDS[:2]]
+    csr = {**one, "model.name": "swmlp_t4_28", "model.embed_dim": 4}  # CSR weights: refused by the stack, trained alone
+    specs += [RunSpec(f"csr-s{s}", cfg(s, **csr), {"seed": s}) for s in SEEDS[:2]]
+    assert [[s.name for s in g] for g in stack_groups(specs)] == [[s.name for s in specs[i:i + 2]] for i in (0, 2, 4)]
+    kw = dict(workers=1, threads=1, progress=False, log=lambda _: None)
+    stacked = run_sweep(specs, tmp_path / "stacked", stack=True, **kw)
+    alone = run_sweep(specs, tmp_path / "alone", **kw)
+    assert [r["status"] for r in stacked] == ["finished"] * 6
+    assert [r["stack"] for r in stacked] == [2, 2, 2, 2, None, None] and {r["stack"] for r in alone} == {None}
+    for a, b in zip(stacked, alone):
+        assert [c.get("stack_members") for c in a["curve"]] == [2 if a["stack"] else None]
+        curve = [{k: v for k, v in c.items() if not k.startswith("stack")} for c in a["curve"]]
+        close(curve, b["curve"], a["run"])
+        close(a["final_test_loss"], b["final_test_loss"])
+    again = run_sweep(specs, tmp_path / "stacked", stack=True, **kw)  # all done: skipped, the table unchanged
+    assert [{k: v for k, v in r.items() if k != "wall_time"} for r in again] == \
+        [{k: v for k, v in r.items() if k != "wall_time"} for r in stacked]

@@ -52,7 +52,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     result = reproduce(args.name, scale=args.scale, dataset=args.dataset, data_dir=args.data_dir,
                        backend=args.backend, address=args.address, workers=args.workers, threads=args.threads,
-                       out=args.out, seeds=args.seeds, epochs=args.epochs, overwrite=args.overwrite, log=log)
+                       out=args.out, seeds=args.seeds, epochs=args.epochs, overwrite=args.overwrite, log=log,
+                       stack=args.stack)
     return _print_report(result, args.json)
 
 
@@ -110,6 +111,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    "(the epoch-doubling runs for twice as many); the default --out gains -e<N>")
     p.add_argument("--out", help="the output directory (default results/<name>-<scale>[-e<N>]-<dataset>)")
     p.add_argument("--overwrite", action="store_true", help="replace a report made from other results")
+    p.add_argument("--stack", action="store_true", help="train the runs that differ only in their seeds as one "
+                   "stacked model each (pays on a GPU; each run's row records its stack)")
     p.add_argument("--json", action="store_true", help="machine-readable output (progress goes to stderr)")
     p.set_defaults(func=cmd_reproduce)
 

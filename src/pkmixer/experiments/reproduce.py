@@ -80,11 +80,12 @@ def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, da
               backend: str = "local", address: str | None = None, workers: int | None = None,
               threads: int | None = None, out: str | Path | None = None, seeds: int | None = None,
               epochs: int | None = None, overwrite: bool = False, progress: bool = True,
-              log: Callable[[str], None] = print) -> dict[str, Any]:
+              log: Callable[[str], None] = print, stack: bool = False) -> dict[str, Any]:
     """Run (or resume) preset ``name``'s sweep and render its report; returns the report's paths, the verdict,
     the numbers and the run counts. Runs that failed leave the report unrendered ("failed" lists them).
     ``epochs`` replaces the scale's epochs (:func:`with_epochs`): the medium scale's convergence check at a longer
-    budget, on a GPU say."""
+    budget, on a GPU say. ``stack`` trains the runs that differ only in their seeds as stacked jobs
+    (:func:`~pkmixer.experiments.sweep.run_sweep`)."""
     if backend not in BACKENDS:
         raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     preset = get_preset(name).with_seeds(seeds)
@@ -106,7 +107,7 @@ def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, da
             raise ConfigError(f"{sweep_dir} holds the sweep of `{theirs.get('command', 'another command')}`; "
                               "choose another --out")
     rows = run_sweep(specs, sweep_dir, backend=backend, workers=workers, address=address, progress=progress,
-                     log=log, threads=threads, info=info)
+                     log=log, threads=threads, info=info, stack=stack)
     left = unfinished(rows)
     result: dict[str, Any] = {"preset": name, "scale": scale, "dataset": dataset, "out": str(sweep_dir),
                               "runs": len(rows), "finished": sum(r["status"] == "finished" for r in rows)}

@@ -16,6 +16,12 @@ finished run and written atomically (temporary file, then rename), so it always 
 whatever was killed when. A run whose directory was made with another config is refused, not mixed in.
 One process at a time may drive a sweep directory (a lock file, ``.lock``).
 
+Stacking (``stack=True``, ``pkmixer reproduce --stack``; off by default): the runs still to train whose configs
+differ only in ``run.seed`` and ``model.structure_seed`` are one job, trained as one stacked model
+(:mod:`pkmixer.train.stack_runs`: each run directory as if trained alone, resumable alone or restacked); a job
+the stack refuses (a model it cannot carry) trains its runs alone. Each row's ``stack`` and curve record how the
+run trained (its results depend on it to float rounding). A stacked run's ``wall_time`` counts the whole stack's.
+
 Backends (``backend=``):
 
 * ``local`` (default): a pool of worker processes (spawn context), each run in one worker. Without GPUs the
@@ -55,8 +61,9 @@ from .probes import check_probes, missing_probes, probe_columns, read_probes, ru
 
 BACKENDS = ("local", "ray")
 ROW_KEYS = ("run", "status", "final_test_error", "best_test_error", "final_test_loss", "final_train_loss", "epochs",
-            "wall_time", "params", "precision", "pipeline", "error", "curve")
-CURVE_KEYS = ("epoch", "train_loss", "test_loss", "test_error", "lr")  # a row's curve: these, per epoch
+            "wall_time", "params", "precision", "pipeline", "stack", "error", "curve")
+# a row's curve: these, per epoch (the stack's size and the run's place in it only for epochs trained stacked)
+CURVE_KEYS = ("epoch", "train_loss", "test_loss", "test_error", "lr", "stack_members", "stack_member")
 DONE = ("finished", "diverged")  # a run in one of these states is never run again
 # config keys that do not change a run's result: a rerun may differ in them (e.g. another --data-dir)
 NEUTRAL_KEYS = {("data", "data_dir"), ("data", "download"), ("data", "workers"), ("run", "progress"),
@@ -223,7 +230,8 @@ def run_row(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     of its probes (None until they are measured).
 
     ``wall_time`` sums the epoch times of metrics.jsonl, so it counts every resumed piece of the run; ``curve``
-    holds the :data:`CURVE_KEYS` of every epoch, so that a preset's analysis never reads run directories.
+    holds the :data:`CURVE_KEYS` of every epoch, so that a preset's analysis never reads run directories;
+    ``stack`` is the size of the stack its last epoch trained in (None: alone).
     """
     run = RunDir(run_dir)
     status = run_status(run_dir)
@@ -240,7 +248,8 @@ def run_row(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
             "final_train_loss": metrics[-1].get("train_loss") if metrics else None,
             "epochs": len(metrics), "wall_time": sum(m.get("epoch_time", 0.0) for m in metrics),
             "params": summary.get("params"), "precision": summary.get("precision"),
-            "pipeline": summary.get("pipeline"), "error": error,
+            "pipeline": summary.get("pipeline"), "stack": metrics[-1].get("stack_members") if metrics else None,
+            "error": error,
             "curve": [{k: m[k] for k in CURVE_KEYS if k in m} for m in metrics]}
 
 
@@ -318,6 +327,73 @@ def execute_run(name: str, config: TrainConfig, run_dir: str, log_path: str, pro
     return {"name": name, "status": run_status(run), "error": None}
 
 
+def execute_stack(jobs: Sequence[tuple], threads: int | None) -> list[dict]:
+    """Train or resume the runs of ``jobs`` (execute_run's arguments, configs equal but for the seeds) as one
+    stack (:func:`pkmixer.train.stack_runs.train_stack`), then the probes each still lacks; one result per run,
+    as :func:`execute_run`'s. Runs that are done are skipped as there; when the stack is refused before anything
+    is written (a model it cannot carry, the per-sample pipeline), each run trains alone instead."""
+    import torch
+
+    from ..train.stack_runs import train_stack
+
+    if threads:
+        torch.set_num_threads(threads)
+    todo = [j for j in jobs if run_status(Path(j[2])) not in DONE]
+    logs = []
+    for job in todo:
+        Path(job[3]).parent.mkdir(parents=True, exist_ok=True)
+        logs.append(open(job[3], "a"))
+
+    def log(message: str) -> None:
+        for f in logs:
+            f.write(message + "\n")
+            f.flush()
+
+    errors: dict[str, str] = {}  # the runs that diverged, or all that failed with the stack: why
+    failed = False
+    try:
+        if len(todo) > 1:
+            for job in todo:
+                RunDir(Path(job[2])).error.unlink(missing_ok=True)
+            log(f"--- training {', '.join(j[0] for j in todo)} as one stack")
+            try:
+                summaries = train_stack([None if RunDir(Path(j[2])).latest.is_file() else j[1] for j in todo],
+                                        [j[2] for j in todo], resume=[Path(j[2]).exists() for j in todo], log=log)
+                errors = {j[0]: s["error"] for j, s in zip(todo, summaries) if s["status"] == "diverged"}
+            except ConfigError as err:
+                log(f"not stacked ({err}): each run trains alone")
+            except Exception as err:  # recorded for the table, for every run of the stack
+                message = f"{type(err).__name__}: {err}".splitlines()[0]
+                log(traceback.format_exc())
+                for job in todo:
+                    Path(job[2]).mkdir(parents=True, exist_ok=True)
+                    RunDir(Path(job[2])).error.write_text(message + "\n")
+                errors, failed = {j[0]: message for j in todo}, True
+    finally:
+        for f in logs:
+            f.close()
+    # what is left - probes, or every run when the stack was refused - goes the solo way (done runs skipped)
+    return [{"name": j[0], "status": "failed" if failed else "diverged", "error": errors[j[0]]} if j[0] in errors
+            else execute_run(*j, threads) for j in jobs]
+
+
+def execute_group(jobs: Sequence[tuple], threads: int | None) -> list[dict]:
+    """One run alone (:func:`execute_run`), or several as one stack (:func:`execute_stack`); their results."""
+    return execute_stack(jobs, threads) if len(jobs) > 1 else [execute_run(*jobs[0], threads)]
+
+
+def stack_groups(specs: Sequence[RunSpec]) -> list[list[RunSpec]]:
+    """The specs in groups that may train as one stack: configs equal but for ``run.seed`` and
+    ``model.structure_seed``, in the specs' order (a group of one trains alone). Decided from the configs
+    alone, never by timing."""
+    from ..train.stack_runs import stack_key
+
+    groups: dict[str, list[RunSpec]] = {}
+    for spec in specs:
+        groups.setdefault(stack_key(spec.config), []).append(spec)
+    return list(groups.values())
+
+
 def _init_worker(threads: int, gpu_ids: Any) -> None:
     """Pool worker set-up: one GPU each, ``threads`` torch threads. (Dying with the parent is set up long
     before, by the first statements the worker runs: ``worker.spawn_context``.)"""
@@ -385,14 +461,16 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _run_local(jobs: list[tuple], workers: int, threads: int, gpus: int, on_done: Callable[[dict], None]) -> None:
+def _run_local(groups: list[list[tuple]], workers: int, threads: int, gpus: int,
+               on_done: Callable[[dict], None]) -> None:
     if workers == 1 and not gpus:
         import torch
 
         before = torch.get_num_threads()
         try:
-            for job in jobs:
-                on_done(execute_run(*job, threads))
+            for group in groups:
+                for result in execute_group(group, threads):
+                    on_done(result)
         finally:
             torch.set_num_threads(before)
         return
@@ -411,19 +489,22 @@ def _run_local(jobs: list[tuple], workers: int, threads: int, gpus: int, on_done
         for i in gpu_assignment(workers, gpus):
             gpu_ids.put(i)
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(threads, gpu_ids)) as pool:
-        futures = {pool.submit(execute_run, *job, threads): job[0] for job in jobs}
+        futures = {pool.submit(execute_group, group, threads): [job[0] for job in group] for group in groups}
         try:
             for future in as_completed(futures):
                 try:
-                    on_done(future.result())
+                    results = future.result()
                 except BrokenProcessPool as err:
-                    on_done({"name": futures[future], "status": "failed", "error": f"worker process died ({err})"})
+                    results = [{"name": name, "status": "failed", "error": f"worker process died ({err})"}
+                               for name in futures[future]]
+                for result in results:
+                    on_done(result)
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
 
 
-def _run_ray(jobs: list[tuple], workers: int | None, threads: int | None, address: str | None,
+def _run_ray(groups: list[list[tuple]], workers: int | None, threads: int | None, address: str | None,
              on_done: Callable[[dict], None], log: Callable[[str], None]) -> None:
     try:
         import ray
@@ -446,19 +527,22 @@ def _run_ray(jobs: list[tuple], workers: int | None, threads: int | None, addres
         limit = workers or max(1, int(resources.get("CPU", 1) // per_run))
         log(f"Ray: {resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs; {per_run} CPU(s)"
             f"{' and 1 GPU' if gpus else ''} per run, up to {limit} runs at a time")
-        task = ray.remote(num_cpus=per_run, num_gpus=gpus, max_retries=0)(execute_run)
-        pending = list(jobs)
-        running: dict[Any, str] = {}
+        task = ray.remote(num_cpus=per_run, num_gpus=gpus, max_retries=0)(execute_group)
+        pending = list(groups)
+        running: dict[Any, list[str]] = {}
         while pending or running:
             while pending and len(running) < limit:
-                job = pending.pop(0)
-                running[task.remote(*job, per_run)] = job[0]
+                group = pending.pop(0)
+                running[task.remote(group, per_run)] = [job[0] for job in group]
             ready, _ = ray.wait(list(running), num_returns=1)
-            name = running.pop(ready[0])
+            names = running.pop(ready[0])
             try:
-                on_done(ray.get(ready[0]))
+                results = ray.get(ready[0])
             except ray.exceptions.RayError as err:
-                on_done({"name": name, "status": "failed", "error": f"Ray task failed ({str(err).splitlines()[0]})"})
+                results = [{"name": name, "status": "failed", "error": f"Ray task failed ({str(err).splitlines()[0]})"}
+                           for name in names]
+            for result in results:
+                on_done(result)
     finally:
         if started_here:
             ray.shutdown()
@@ -499,13 +583,15 @@ def _check_existing(sweep: SweepDir, specs: Sequence[RunSpec], normalized: dict[
 
 def run_sweep(specs: Sequence[RunSpec], sweep_dir: Path, *, backend: str = "local", workers: int | None = None,
               address: str | None = None, progress: bool = True, log: Callable[[str], None] = print,
-              threads: int | None = None, info: dict[str, Any] | None = None) -> list[dict]:
+              threads: int | None = None, info: dict[str, Any] | None = None, stack: bool = False) -> list[dict]:
     """Run (or resume) every spec in ``sweep_dir``; returns the results table, one row per spec, in order.
 
     ``threads``: torch threads per run (default: the cores divided among the workers; 1 per Ray task);
     ``info``: stored in sweep.json beside the specs (the preset, scale, data set and command, for reports).
     A run that fails is recorded (status "failed", its error in the row) and the others go on; run the sweep
-    again to retry it.
+    again to retry it. ``stack``: the runs still to train whose configs differ only in their seeds train as one
+    stacked job each (:func:`stack_groups`, :func:`execute_stack`; each row's ``stack`` and curve say how it
+    trained); off by default (on a CPU stacking measured no faster, docs/performance.md section s).
     """
     if backend not in BACKENDS:
         raise unknown_name("backend", str(backend), BACKENDS)
@@ -539,21 +625,25 @@ def run_sweep(specs: Sequence[RunSpec], sweep_dir: Path, *, backend: str = "loca
             tracker.update(row)
 
         if todo:
-            jobs = [(s.name, s.config, str(sweep.run(s.name)), str(sweep.log(s.name)), s.probes) for s in todo]
+            groups = stack_groups(todo) if stack else [[s] for s in todo]
+            jobs = [[(s.name, s.config, str(sweep.run(s.name)), str(sweep.log(s.name)), s.probes) for s in group]
+                    for group in groups]
             if backend == "local":
                 import torch
 
                 gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-                n_workers, n_threads = _plan(len(todo), workers, threads, gpus)
+                n_workers, n_threads = _plan(len(jobs), workers, threads, gpus)
                 if progress:
                     log(f"sweep {sweep.root}: {len(specs)} runs, {len(specs) - len(todo)} done, {resuming} to resume, "
-                        f"{len(todo) - resuming} to start; {n_workers} worker(s) x {n_threads} thread(s)"
+                        f"{len(todo) - resuming} to start{f' in {len(jobs)} stacked jobs' if stack else ''}; "
+                        f"{n_workers} worker(s) x {n_threads} thread(s)"
                         f"{f' on {gpus} GPU(s)' if gpus else ''}; logs in {sweep.root / 'logs'}")
                 _run_local(jobs, n_workers, n_threads, gpus, on_done)
             else:
                 if progress:
                     log(f"sweep {sweep.root}: {len(specs)} runs, {len(specs) - len(todo)} done, {resuming} to resume, "
-                        f"{len(todo) - resuming} to start on Ray; logs in {sweep.root / 'logs'}")
+                        f"{len(todo) - resuming} to start{f' in {len(jobs)} stacked jobs' if stack else ''} on Ray; "
+                        f"logs in {sweep.root / 'logs'}")
                 _run_ray(jobs, workers, threads, address, on_done, log)
         elif progress:
             log(f"sweep {sweep.root}: all {len(specs)} runs are done" if specs else

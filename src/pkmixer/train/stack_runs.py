@@ -27,6 +27,7 @@ per-sample pipeline (the resident one only); gradient clipping, EMA, ``run.compi
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -58,25 +59,31 @@ SEEDS = ("run.seed", "model.structure_seed")
 # ---- checks -----------------------------------------------------------------------------------------------
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flat_config(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """A config's dictionary as dotted keys, the model's options as ``model.<option>`` (as ``--set`` names them)."""
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = prefix if (prefix, k) == ("model.", "options") else f"{prefix}{k}."
         if isinstance(v, dict):
-            out.update(_flat(v, key))
+            out.update(flat_config(v, key))
         else:
             out[key[:-1]] = v
     return out
+
+
+def stack_key(cfg: TrainConfig) -> str:
+    """What must agree for runs to train as one stack: the config but for the seeds, as text."""
+    return json.dumps({k: v for k, v in flat_config(cfg.as_dict()).items() if k not in SEEDS}, sort_keys=True,
+                      default=str)
 
 
 def check_stackable(cfgs: list[TrainConfig]) -> None:
     """ConfigError unless the configs can train as one stack (module docstring): equal but for the seeds."""
     if not cfgs:
         raise ConfigError("train_stack needs at least one run")
-    first = {k: v for k, v in _flat(cfgs[0].as_dict()).items() if k not in SEEDS}
+    first = {k: v for k, v in flat_config(cfgs[0].as_dict()).items() if k not in SEEDS}
     for i, cfg in enumerate(cfgs[1:], 1):
-        other = {k: v for k, v in _flat(cfg.as_dict()).items() if k not in SEEDS}
+        other = {k: v for k, v in flat_config(cfg.as_dict()).items() if k not in SEEDS}
         differ = sorted(k for k in first.keys() | other.keys() if first.get(k, "?") != other.get(k, "?"))
         if differ:
             raise ConfigError(f"stacked runs may differ only in run.seed and model.structure_seed; run {i} differs "
@@ -220,28 +227,31 @@ def _global_rng() -> tuple:
     return torch.get_rng_state(), np.random.get_state()[1].tobytes(), random.getstate()
 
 
-def train_stack(cfgs: list[TrainConfig | None], run_dirs: list[str | Path], resume: bool = False,
+def train_stack(cfgs: list[TrainConfig | None], run_dirs: list[str | Path], resume: bool | list[bool] = False,
                 stop_after: int | None = None, log: Callable[[str], None] = print,
                 threads: int | None = None) -> list[dict[str, Any]]:
     """Train (or resume) K runs as one stack (module docstring); each member's summary, in order - for a member
     that diverged ``{"status": "diverged", "epoch": e, "error": ...}`` (what a solo run raises
     :class:`~pkmixer.train.engine.TrainingDiverged` for). ``resume``, ``stop_after`` (per member, from where it
-    resumed) and ``threads`` as :func:`pkmixer.train.loop.train`; with ``resume`` a config may be None (the
-    run's own)."""
+    resumed) and ``threads`` as :func:`pkmixer.train.loop.train` - ``resume`` also one flag per run; a resumed
+    run's config may be None (its own)."""
     if stop_after is not None and (isinstance(stop_after, bool) or not isinstance(stop_after, int) or stop_after <= 0):
         raise ConfigError(f"--stop-after must be a positive integer, got {stop_after!r}")
     if len(cfgs) != len(run_dirs) or not cfgs:
         raise ConfigError(f"train_stack needs one run directory per config ({len(cfgs)} configs, "
                           f"{len(run_dirs)} directories)")
     runs = [RunDir(Path(d)) for d in run_dirs]
+    again = [resume] * len(runs) if isinstance(resume, bool) else list(resume)
+    if len(again) != len(runs):
+        raise ConfigError(f"{len(again)} resume flags for {len(runs)} runs")
     if len({r.root.resolve() for r in runs}) != len(runs):
         raise ConfigError("stacked runs need distinct run directories")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ConfigError("stacked runs train in one process; run them without torchrun")
     with ExitStack() as locks:
-        for run in runs:
-            locks.enter_context(_claim(run, resume))
-        prepared = [_prepare(run, cfg, resume, True, log) for run, cfg in zip(runs, cfgs)]
+        for run, flag in zip(runs, again):
+            locks.enter_context(_claim(run, flag))
+        prepared = [_prepare(run, cfg, flag, True, log) for run, cfg, flag in zip(runs, cfgs, again)]
         cfgs = [resolve_auto_data(cfg, log) for cfg, _ in prepared]
         check_stackable(cfgs)
         ctx = dist_.setup(cfgs[0].run.device)
