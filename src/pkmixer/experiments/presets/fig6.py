@@ -10,10 +10,10 @@ Command::
 
 The paper's claim: at fixed Ω the effective width m = SC peaks at C = S = (Ω/γ)^{1/3} (Eq. 15), and the test
 error of normal and RP Mixers is lowest around C = S. What a run shows: the mean test error over seeds of each
-(C, S) pair for the normal and the RP Mixer, against C with the line C = S. The verdict, per family: within each
-seed, the mean error of the pairs closest to C = S (mirrored pairs (a, b), (b, a) are equally close) minus the
-lowest error of the other pairs (:func:`~pkmixer.experiments.presets.measures.balance_gap`; conservative for the claim),
-averaged over seeds, with its 90 % paired-bootstrap interval over seeds; the claim holds when it is below 0
+(C, S) pair for the normal and the RP Mixer, against C with the line C = S. The verdict, per family: the mean error
+over seeds of the pairs closest to C = S (mirrored pairs (a, b), (b, a) are equally close) minus the lowest mean
+error of the other pairs (:func:`~pkmixer.experiments.presets.measures.balance_verdict`; conservative for the
+claim), with its 90 % paired-bootstrap interval over seeds; the claim holds when it is below 0
 (:data:`BALANCE_RULE`, declared before any run is read): supported when the whole interval is below 0,
 contradicted when it is above 0, undecided otherwise or with fewer than 5 seeds. The numbers add where the lowest
 mean error falls and Spearman's ρ(|log₂(C/S)|, error) per seed, averaged, with its interval.
@@ -46,10 +46,10 @@ from pathlib import Path
 
 from ...theory.width import mixer_omega, optimal_channels, symmetric_pairs, tokens_for_channels
 from ..preset import Analysis, Preset, register_preset
-from ..stats import Rule, aggregate, bootstrap_verdict, format_mean_std, interval_text, overall, per_seed_trend, summary
+from ..stats import Rule, aggregate, format_mean_std, interval_text, overall, per_seed_trend, summary
 from ..sweep import RunSpec
 from . import recipes
-from .measures import balance_gap, balance_minimum, error_plot, finished
+from .measures import balance_minimum, balance_verdict, error_plot, finished
 
 IMAGENET_OMEGA = 290_217_984  # γ (768²·196 + 768·196²)/2 with γ = 4 (App. C.5)
 IMAGENET_PATCHES = (7, 8, 14, 16, 28, 32)
@@ -57,7 +57,7 @@ PAPER_DATASETS = ("cifar10", "cifar100", "stl10", "imagenet")
 TAGS = {"S-Mixer": "smixer", "RP S-Mixer": "rpsmixer", "MLP-Mixer": "mixer", "RP MLP-Mixer": "rpmixer"}
 # The verdict's rule, fixed before any run is read (issue 16; pkmixer.experiments.stats).
 LEVEL = 0.90
-BALANCE_RULE = Rule("mean over seeds of error(pairs closest to C = S) − lowest error of the other pairs",
+BALANCE_RULE = Rule("error at the pairs closest to C = S − the lowest error of the other pairs (means over seeds)",
                     threshold=0.0, direction="below", level=LEVEL, scale=100, unit=" points")
 
 
@@ -156,8 +156,7 @@ class Fig6(Preset):
                 per_seed_trend(runs, lambda r: abs(math.log2(r["C"] / r["S"]))), level=LEVEL)
             findings.append(f"{family}: lowest mean error at (C, S) = ({best['C']}, {best['S']}), "
                             f"{'one of the pairs closest to' if best['at_balance'] else 'away from'} C = S")
-            verdicts.append(bootstrap_verdict(balance_gap(runs), BALANCE_RULE,
-                                              claim=f"{family}: error lowest around C = S"))
+            verdicts.append(balance_verdict(runs, BALANCE_RULE, f"{family}: error lowest around C = S"))
         supported = None if scale == "smoke" else overall(verdicts)
         verdict = "; ".join(findings) + ". " + summary(verdicts) if findings else "No run finished."
         if scale == "smoke":

@@ -30,25 +30,23 @@ Scales:
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...theory.width import fixed_width_table
 from ..preset import Analysis, Preset, register_preset
-from ..stats import (Rule, aggregate, bootstrap_verdict, format_mean_std, interval_text, overall, per_seed_table,
+from ..stats import (Rule, aggregate, format_mean_std, interval_text, overall,
                      per_seed_trend, rank_correlation, summary, trend_verdict)
 from ..sweep import RunSpec
 from . import recipes
-from .measures import balance_minimum, error_plot, finished
+from .measures import balance_minimum, balance_verdict, error_plot, finished
 
 FAMILIES = {"MLP-Mixer": "mixer", "RP MLP-Mixer": "rpmixer"}
 # The verdict's rules, fixed before any run is read (issue 16; pkmixer.experiments.stats): "a larger γ lowers the
 # error" is a negative rank correlation within each seed; "lowest around C = S" compares the means over seeds of
 # the balanced pairs with the best of the other pairs. A minimum over pairs leans low, so this errs towards "not
 # lowest" (conservative for the claim): with no effect, 4 other pairs and 5-8 seeds it said contradicted in about
-# 27 % of simulations, never supported. (Fig. 6's within-seed minimum leans low by a seed's noise, which does not
-# shrink with more seeds: with no effect it said contradicted in 56 % of simulations at 5 seeds, 67 % at 8.)
+# 27 % of simulations, never supported (measures.balance_verdict, fig6's rule too).
 LEVEL = 0.90
 GAMMA_RULE = Rule("mean over seeds of Spearman ρ(γ, test error)", threshold=0.0, direction="below", level=LEVEL)
 BALANCE_RULE = Rule("error at the pairs closest to C = S − the lowest error of the other pairs (means over seeds)",
@@ -124,7 +122,7 @@ class FigS3(Preset):
                                                 f"S = {best['S']}, γ = {lowest['gamma']:.3g}")
             model, omega = lowest["model"], lowest["omega"]
             runs = [r for r in done if r["model"] == model and r["omega"] == omega]
-            verdicts.append(_balance_verdict(runs, f"{line}: error lowest around C = S"))
+            verdicts.append(balance_verdict(runs, BALANCE_RULE, f"{line}: error lowest around C = S"))
         rho_text = "; ".join(f"{k}: ρ(γ, mean error) = {v:+.2f}" for k, v in rhos.items() if v is not None)
         at = [k for k, v in minima.items() if v]
         verdict = (f"{rho_text or 'too few γ values'}. The lowest mean error is at C = S for {len(at)} of "
@@ -142,16 +140,3 @@ class FigS3(Preset):
                         numbers=numbers, verdict=verdict, supported=supported, verdicts=verdicts)
 
 
-def _balance_verdict(runs: list[dict], claim: str):
-    """:data:`BALANCE_RULE` on one fixed-Ω line's runs: each seed's row holds its error at every (C, S) pair (the
-    pairs closest to C = S first; a mirrored pair (a, b), (b, a) shares its distance)."""
-    distance = {(r["C"], r["S"]): round(abs(math.log2(r["C"] / r["S"])), 9) for r in runs}
-    pairs = sorted(distance, key=lambda pair: (distance[pair], pair))
-    closest = sum(distance[p] == distance[pairs[0]] for p in pairs) if pairs else 0
-    table = per_seed_table(runs, lambda r: (r["C"], r["S"]), pairs) if len(pairs) > closest else {}
-
-    def statistic(d):
-        means = d.mean(axis=1)
-        return means[:, :closest].mean(axis=1) - means[:, closest:].min(axis=1)
-
-    return bootstrap_verdict(table, BALANCE_RULE, claim=claim, statistic=statistic)

@@ -2,8 +2,8 @@
 
 * :func:`balance_minimum` - where the lowest mean error over (C, S) pairs falls relative to C = S (Fig. 6,
   Fig. S.3 right): the pair's |log₂(C/S)| against the smallest one of the sweep.
-* :func:`balance_gap` - per seed, the error at the pairs closest to C = S minus the lowest error of the other
-  pairs (the statistic of Fig. 6's verdict).
+* :func:`balance_verdict` - the error at the pairs closest to C = S minus the lowest error of the other pairs,
+  means over seeds, decided by a rule (Fig. 6, Fig. S.3).
 * :func:`gap` - the difference of two families' mean errors with its pooled standard deviation, and whether it is
   within noise (Fig. 2d, Table 1); it lives in :mod:`pkmixer.experiments.stats`, with every statistic over seeds.
 * :func:`learning_curves`, :func:`mean_curve`, :func:`overfitting` - the per-epoch metrics of runs (their rows'
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..stats import finite
+from ..stats import Rule, Verdict, bootstrap_verdict, per_seed_table
 
 COLOURS = {"S-Mixer": "tab:red", "RP S-Mixer": "tab:orange", "MLP-Mixer": "tab:red", "RP MLP-Mixer": "tab:orange",
            "SW-MLP": "tab:blue", "Monarch": "tab:purple", "Kronecker": "tab:green"}
@@ -46,25 +46,23 @@ def balance_minimum(points: Sequence[dict]) -> dict[str, Any] | None:
             "closest": closest, "at_balance": math.isclose(distance[id(best)], closest, abs_tol=1e-9)}
 
 
-def balance_gap(rows: Sequence[dict], value: str = "final_test_error", seed_key: str = "seed") -> dict[Any, float]:
-    """Seed -> how much lower the error is at the pairs closest to C = S than at any other pair (Fig. 6), within
-    that seed's rows: the mean ``value`` of the pairs of smallest |log₂(C/S)| (a mirrored pair (a, b), (b, a)
-    shares its distance) minus the lowest ``value`` among the other pairs. Negative: the minimum is at balance.
-    The expectation of a minimum is at most the minimum of the expectations, so this errs towards "not lowest":
-    conservative for the claim. Seeds with fewer than two distances are left out."""
-    seeds: dict[Any, dict[tuple, float]] = {}
-    for row in rows:
-        if row.get(seed_key) is not None and finite(row.get(value)):
-            seeds.setdefault(row[seed_key], {})[(row["C"], row["S"])] = float(row[value])
-    out = {}
-    for seed, errors in seeds.items():
-        distance = {pair: round(abs(math.log2(pair[0] / pair[1])), 9) for pair in errors}
-        closest = min(distance.values())
-        balanced = [e for pair, e in errors.items() if distance[pair] == closest]
-        others = [e for pair, e in errors.items() if distance[pair] != closest]
-        if others:
-            out[seed] = float(np.mean(balanced)) - min(others)
-    return out
+def balance_verdict(runs: Sequence[dict], rule: Rule, claim: str) -> Verdict:
+    """``rule`` on how much lower the error is at the pairs closest to C = S than at any other pair (Fig. 6,
+    Fig. S.3): the mean over seeds of the pairs of smallest |log₂(C/S)| (a mirrored pair (a, b), (b, a) shares
+    its distance) minus the lowest mean over seeds among the other pairs, recomputed on every bootstrap resample
+    of whole seeds. A minimum of means leans low when there is no effect, so this errs towards "not lowest"
+    (conservative for the claim); a minimum within each seed would lean low by a seed's noise, which more seeds
+    do not shrink."""
+    distance = {(r["C"], r["S"]): round(abs(math.log2(r["C"] / r["S"])), 9) for r in runs}
+    pairs = sorted(distance, key=lambda pair: (distance[pair], pair))
+    closest = sum(distance[p] == distance[pairs[0]] for p in pairs) if pairs else 0
+    table = per_seed_table(runs, lambda r: (r["C"], r["S"]), pairs) if len(pairs) > closest else {}
+
+    def statistic(d: np.ndarray) -> np.ndarray:
+        means = d.mean(axis=1)
+        return means[:, :closest].mean(axis=1) - means[:, closest:].min(axis=1)
+
+    return bootstrap_verdict(table, rule, claim=claim, statistic=statistic)
 
 
 def learning_curves(rows: Sequence[dict]) -> dict[str, list[dict[str, Any]]]:
