@@ -105,7 +105,7 @@ def test_suppa1_decides_no_help_help_and_undecided(tmp_path):
     no_help = preset.analyze(_a1_rows(0.0), tmp_path, "medium")
     assert no_help.supported is True and {v.decision for v in no_help.verdicts} == {"supported"}
     assert len(no_help.verdicts) == 5  # one per modification, and grouping's 5-shot rule
-    assert no_help.numbers["pyramid: training time / baseline's"].startswith("+0.60, 90 % interval [+0.60, +0.60]")
+    assert no_help.numbers["pyramid: training time / baseline's"].startswith("0.60, 90 % interval [0.60, 0.60]")
     helped = preset.analyze(_a1_rows(0.03), tmp_path, "medium")  # 3 points better: a noticeable improvement
     assert helped.supported is False and {v.decision for v in helped.verdicts} == {"contradicted"}
     two = preset.analyze(_a1_rows(0.0, seeds=range(2)), tmp_path, "small")
