@@ -5,7 +5,8 @@
 * :func:`balance_verdict` - the error at the pairs closest to C = S minus the lowest error of the other pairs,
   means over seeds, decided by a rule (Fig. 6, Fig. S.3).
 * :func:`gap` - the difference of two families' mean errors with its pooled standard deviation, and whether it is
-  within noise (Table 1, Fig. 7, Fig. S.4 describe with it); it lives in :mod:`pkmixer.experiments.stats`, with every statistic over seeds.
+  within noise (Table 1, Fig. 7 and Fig. S.4 describe with it); it lives in :mod:`pkmixer.experiments.stats`,
+  with every statistic over seeds.
 * :func:`learning_curves`, :func:`mean_curve`, :func:`overfitting` - the per-epoch metrics of runs (their rows'
   ``curve``), averaged over seeds, and how far a test loss rises after its minimum (Figs. S.6-S.8).
 * :func:`error_plot` - mean test error ± std over seeds against a swept quantity, one line per family.
