@@ -47,7 +47,7 @@ def default_run_dir(cfg: TrainConfig) -> Path:
 # ---- RNG state ------------------------------------------------------------------------------------------
 
 
-def _rng_state() -> dict[str, Any]:
+def rng_state() -> dict[str, Any]:
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     state = {"torch": torch.get_rng_state(), "numpy": [kind, torch.from_numpy(keys.copy()), pos, has_gauss, cached],
              "python": random.getstate()}
@@ -56,7 +56,7 @@ def _rng_state() -> dict[str, Any]:
     return state
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     kind, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((kind, keys.numpy(), pos, has_gauss, cached))
@@ -65,7 +65,7 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _seed_everything(seed: int, deterministic: bool) -> None:
+def seed_everything(seed: int, deterministic: bool) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -85,7 +85,7 @@ def _saved_config(run: RunDir) -> TrainConfig:
         raise ConfigError(f"{run.config}: {err}") from None
 
 
-def _prepare(run: RunDir, cfg: TrainConfig | None, resume: bool, main: bool,
+def prepare_run(run: RunDir, cfg: TrainConfig | None, resume: bool, main: bool,
              log: Callable[[str], None]) -> tuple[TrainConfig, bool]:
     """The run's config and whether it continues from ``checkpoints/latest.pt``. Called under the run's lock
     (on the main process, which also removes what a kill left: temporary files; a run without a checkpoint)."""
@@ -141,8 +141,8 @@ def train(cfg: TrainConfig | None, run_dir: str | Path, resume: bool = False, st
         raise ConfigError(f"--stop-after must be a positive integer, got {stop_after!r}")
     run = RunDir(Path(run_dir))
     main = int(os.environ.get("RANK", "0")) == 0
-    with _claim(run, resume) if main else nullcontext():
-        cfg, resuming = _prepare(run, cfg, resume, main, log)
+    with claim_run(run, resume) if main else nullcontext():
+        cfg, resuming = prepare_run(run, cfg, resume, main, log)
         cfg = resolve_auto_data(cfg, log)
         ctx = dist_.setup(cfg.run.device)
         try:
@@ -151,7 +151,7 @@ def train(cfg: TrainConfig | None, run_dir: str | Path, resume: bool = False, st
             dist_.teardown()
 
 
-def _claim(run: RunDir, resume: bool) -> RunLock:
+def claim_run(run: RunDir, resume: bool) -> RunLock:
     """The run's lock; a new run's directory is made here (and must not exist), a resumed run's must."""
     if resume:
         if not run.root.is_dir():
@@ -170,7 +170,7 @@ def _claim(run: RunDir, resume: bool) -> RunLock:
 
 def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log: Callable[[str], None],
            stop_after: int | None, threads: int | None) -> dict:
-    _seed_everything(cfg.run.seed, cfg.run.deterministic)
+    seed_everything(cfg.run.seed, cfg.run.deterministic)
     payload = read_checkpoint(run.latest) if resume else None
     set_threads([payload], threads, ctx, log)
     r = open_run(cfg, run, payload, ctx, log)
@@ -189,7 +189,7 @@ def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log:
         metrics = {"epoch": epoch + 1, "train_loss": train_loss, **r.engine.evaluate(), "lr": r.engine.lr,
                    "epoch_time": time.time() - t0}
         t0 = time.time()
-        end_epoch_writes(r, metrics, end_epoch, ctx, log, _rng_state())
+        end_epoch_writes(r, metrics, end_epoch, ctx, log, rng_state())
         dist_.barrier(ctx)
     return write_summary(r, end_epoch, metrics, started, ctx)
 
@@ -223,7 +223,7 @@ def set_threads(payloads: list[dict[str, Any] | None], threads: int | None, ctx:
 
 def open_run(cfg: TrainConfig, run: RunDir, payload: dict[str, Any] | None, ctx: dist_.Context,
              log: Callable[[str], None], write: bool = True) -> OpenRun:
-    """Build the model, data and engine of a run seeded by :func:`_seed_everything`; restore the training state
+    """Build the model, data and engine of a run seeded by :func:`seed_everything`; restore the training state
     and RNG states from ``payload`` (latest.pt) or reseed Python's and NumPy's; then, unless ``write`` is false
     (the caller calls :func:`start_files` itself), :func:`start_files`."""
     model, sets = model_and_data(cfg, ("train", "test"), payload, run.latest)
@@ -235,7 +235,7 @@ def open_run(cfg: TrainConfig, run: RunDir, payload: dict[str, Any] | None, ctx:
             raise ConfigError(f"{run.latest} is a model checkpoint without the training state ({', '.join(missing)})")
         engine.load_state_dict(payload, run.latest)
         start_epoch, best_error = payload["epoch"], payload["best_test_error"]
-        _set_rng_state(payload["rng"])
+        set_rng_state(payload["rng"])
     else:  # again: modules imported while building data and model may have drawn from Python's or NumPy's RNG
         random.seed(cfg.run.seed)
         np.random.seed(cfg.run.seed)

@@ -48,8 +48,8 @@ from ..errors import ConfigError
 from . import distributed as dist_
 from .config import TrainConfig
 from .engine import autocast, build_optimizer, build_scheduler, evaluate
-from .loop import (OpenRun, _claim, _prepare, _rng_state, _seed_everything, end_epoch_writes, open_run,
-                   resolve_auto_data, set_threads, start_files, write_diverged, write_summary)
+from .loop import (OpenRun, claim_run, end_epoch_writes, open_run, prepare_run, resolve_auto_data, rng_state,
+                   seed_everything, set_threads, start_files, write_diverged, write_summary)
 from .rundir import RunDir
 from .stack import StackedModel, stack_models
 
@@ -250,8 +250,8 @@ def train_stack(cfgs: list[TrainConfig | None], run_dirs: list[str | Path], resu
         raise ConfigError("stacked runs train in one process; run them without torchrun")
     with ExitStack() as locks:
         for run, flag in zip(runs, again):
-            locks.enter_context(_claim(run, flag))
-        prepared = [_prepare(run, cfg, flag, True, log) for run, cfg, flag in zip(runs, cfgs, again)]
+            locks.enter_context(claim_run(run, flag))
+        prepared = [prepare_run(run, cfg, flag, True, log) for run, cfg, flag in zip(runs, cfgs, again)]
         cfgs = [resolve_auto_data(cfg, log) for cfg, _ in prepared]
         check_stackable(cfgs)
         ctx = dist_.setup(cfgs[0].run.device)
@@ -269,10 +269,10 @@ def _train_stack(cfgs: list[TrainConfig], runs: list[RunDir], resuming: list[boo
     set_threads(payloads, threads, ctx, log)
     members = []
     for i, (cfg, run, payload) in enumerate(zip(cfgs, runs, payloads)):
-        _seed_everything(cfg.run.seed, cfg.run.deterministic)
+        seed_everything(cfg.run.seed, cfg.run.deterministic)
         r = open_run(cfg, run, payload, ctx, log, write=False)
         end = cfg.schedule.epochs if stop_after is None else min(cfg.schedule.epochs, r.start_epoch + stop_after)
-        members.append(_Member(i, r, _rng_state(), end, r.start_epoch))
+        members.append(_Member(i, r, rng_state(), end, r.start_epoch))
     if members[0].r.engine.pipeline != "resident":
         raise ConfigError("stacked runs need the resident data pipeline; this data set or augmentation has no "
                           "batched version")
