@@ -78,3 +78,25 @@ def pytest_runtest_makereport(item, call):
 @pytest.hookimpl(wrapper=True)
 def pytest_make_collect_report(collector):
     return _fail_required_skip((yield))
+
+
+def forked(train, fault: str | None = None, trace=None) -> int:
+    """``train()`` in a forked child with one torch thread, under fault injection ``fault`` (PKMIXER_FAULT,
+    :mod:`pkmixer.atomic`) and writing its trace to ``trace``; the child's wait status (exit 3: it raised)."""
+    from pkmixer import atomic
+
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 0
+        try:
+            for key, value in ((atomic.FAULT_ENV, fault), (atomic.FAULT_TRACE_ENV, trace)):
+                os.environ.pop(key, None)
+                if value is not None:
+                    os.environ[key] = str(value)
+            atomic.reset_fault_counts()
+            torch.set_num_threads(1)
+            train()
+        except BaseException:
+            code = 3
+        os._exit(code)
+    return os.waitpid(pid, 0)[1]

@@ -21,6 +21,8 @@ from pkmixer.checkpoint import read_checkpoint
 from pkmixer.train.config import build_config
 from pkmixer.train.rundir import RunDir, RunLock
 
+from conftest import forked
+
 # 5 epochs of a tiny S-Mixer on 8x8 digits, ~0.1 s each; the best epoch (4) is not the last and epoch 3 does
 # not improve, so best.pt and latest.pt part ways
 CFG = {"data.name": "digits", "model.name": "smixer_t4_28", "model.img_size": 8, "model.patch_size": 2,
@@ -32,21 +34,8 @@ CFG = {"data.name": "digits", "model.name": "smixer_t4_28", "model.img_size": 8,
 def _child(run_dir: Path, *, resume: bool = False, fault: str | None = None, trace: Path | None = None,
            cfg: dict | None = CFG) -> int:
     """Train in a forked child with one thread; its wait status."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        code = 0
-        try:
-            for key, value in ((atomic.FAULT_ENV, fault), (atomic.FAULT_TRACE_ENV, trace)):
-                os.environ.pop(key, None)
-                if value is not None:
-                    os.environ[key] = str(value)
-            atomic.reset_fault_counts()
-            torch.set_num_threads(1)
-            loop.train(None if cfg is None else build_config(None, cfg), run_dir, resume=resume, log=lambda _: None)
-        except BaseException:
-            code = 3
-        os._exit(code)
-    return os.waitpid(pid, 0)[1]
+    return forked(lambda: loop.train(None if cfg is None else build_config(None, cfg), run_dir, resume=resume,
+                                     log=lambda _: None), fault, trace)
 
 
 def _train(run_dir: Path, **kwargs) -> None:

@@ -20,6 +20,8 @@ from pkmixer.train.config import build_config
 from pkmixer.train.engine import TrainingDiverged
 from pkmixer.train.stack_runs import member_losses, train_stack
 
+from conftest import forked
+
 # an RP S-Mixer on 8x8 digits, 2 blocks, crop + flip and label smoothing, warm-up then cosine: ~0.1 s an epoch
 CFG = {"data.name": "digits", "model.name": "rp_smixer_t4_28", "model.img_size": 8, "model.patch_size": 2,
        "model.in_chans": 1, "model.depth": 2, "model.embed_dim": 16, "data.batch_size": 32,
@@ -128,21 +130,8 @@ def test_stopped_stack_resumes_alone_and_restacked(solo, tmp_path):
 
 def _child(dirs: list[Path], *, resume: bool = False, fault: str | None = None, trace: Path | None = None) -> int:
     """train_stack of the first len(dirs) seeds in a forked child with one thread; its wait status."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        code = 0
-        try:
-            for key, value in ((atomic.FAULT_ENV, fault), (atomic.FAULT_TRACE_ENV, trace)):
-                os.environ.pop(key, None)
-                if value is not None:
-                    os.environ[key] = str(value)
-            atomic.reset_fault_counts()
-            torch.set_num_threads(1)
-            train_stack([cfg(s) for s in SEEDS[:len(dirs)]], dirs, resume=resume, **QUIET)
-        except BaseException:
-            code = 3
-        os._exit(code)
-    return os.waitpid(pid, 0)[1]
+    return forked(lambda: train_stack([cfg(s) for s in SEEDS[:len(dirs)]], dirs, resume=resume, **QUIET),
+                  fault, trace)
 
 
 def test_kill_between_members_regroups_to_the_uninterrupted_result(tmp_path):
