@@ -12,7 +12,8 @@ from pkmixer.errors import ConfigError
 from pkmixer.layers.decay import decayed_parameters
 from pkmixer.models.registry import create_model
 from pkmixer.train.config import OptimConfig
-from pkmixer.train.stack import TensorData, stack_models, train_one, train_stacked
+from pkmixer.train.stack import (MemberOptimizer, TensorData, build_optimizer, clip_member_grads_, stack_models,
+                                 train_one, train_stacked)
 
 SMALL = dict(num_classes=10, depth=2, embed_dim=16)
 CASES = {
@@ -110,8 +111,9 @@ def _data(n: int = 48, dtype=torch.float64) -> TensorData:
 
 def _assert_same_run(stack, models, seeds, data, optim, **kw):
     stacked = train_stacked(stack, seeds, data, optim, **kw)
-    for k, (model, seed) in enumerate(zip(models, seeds)):
-        solo = train_one(model, seed, data, optim, **kw)
+    optims = optim if isinstance(optim, list) else [optim] * len(models)
+    for k, (model, seed, o) in enumerate(zip(models, seeds, optims)):
+        solo = train_one(model, seed, data, o, **kw)
         assert stacked[k].stopped_step == solo.stopped_step
         torch.testing.assert_close(stacked[k].train_loss, solo.train_loss, atol=1e-10, rtol=1e-8, equal_nan=True)
         assert stacked[k].test_error == solo.test_error
@@ -120,16 +122,93 @@ def _assert_same_run(stack, models, seeds, data, optim, **kw):
     return stacked
 
 
+ADAMW = OptimConfig(name="adamw", lr=3e-3, weight_decay=0.05)
+SGD = OptimConfig(name="sgd", lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3)
+
+
+def _each(base: OptimConfig, lrs, wds, **extra) -> list[OptimConfig]:
+    """One setting per member: ``base`` with the members' own lr and weight decay (issue 15 item 2)."""
+    return [dataclasses.replace(base, lr=lr, weight_decay=wd, **extra) for lr, wd in zip(lrs, wds)]
+
+
 @pytest.mark.parametrize("case, optim", [
-    ("smixer", OptimConfig(name="adamw", lr=3e-3, weight_decay=0.05)),
-    ("rp_smixer", OptimConfig(name="sgd", lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3)),
+    ("smixer", ADAMW),
+    ("rp_smixer", SGD),
     ("swmlp_masked", OptimConfig(name="adamw", lr=1e-3, weight_decay=0.1)),
+    ("smixer", _each(ADAMW, [1e-3, 3e-3, 1e-2], [0.0, 0.05, 0.3])),
+    ("rp_smixer", _each(SGD, [0.01, 0.05, 0.2], [1e-3, 0.0, 1e-2])),
+    ("smixer", _each(OptimConfig(name="sgd", lr=0.1, momentum=0.9, nesterov=False), [0.02, 0.1, 0.3], [0.0] * 3)),
+    ("rp_smixer", _each(ADAMW, [1e-3, 3e-3, 1e-2], [0.05] * 3, clip_grad=0.5)),
+    ("swmlp_masked", _each(SGD, [0.01, 0.05, 0.2], [1e-3] * 3, clip_grad=0.2)),
 ])
 def test_stacked_training_equals_sequential(case, optim):
     models = members(case, dtype=torch.float64)
     stack = stack_models(models)
     results = _assert_same_run(stack, models, [11, 12, 13], _data(), optim, epochs=2, batch_size=16)
     assert all(len(r.train_loss) == 2 and r.stopped_step is None for r in results)
+
+
+@pytest.mark.parametrize("base", [ADAMW, SGD, dataclasses.replace(SGD, momentum=0.0, nesterov=False)])
+def test_member_optimizer_equals_torch_optimizers(base):
+    """Five steps of MemberOptimizer with each member's own lr (changed every step, as a schedule would) and
+    weight decay equal each member's torch optimiser (fused AdamW, foreach SGD), state included; the state
+    round-trips through the members' own state dicts."""
+    models = members("smixer", dtype=torch.float64)
+    stack = stack_models(models)
+    optims = _each(base, [1e-3, 1e-2, 3e-2], [0.0, 0.05, 0.5])
+    opt = build_optimizer(stack, optims)
+    solos = [build_optimizer(m, o) for m, o in zip(models, optims)]
+    assert isinstance(opt, MemberOptimizer)
+    g = torch.Generator().manual_seed(5)
+    for step in range(5):
+        scale = 1.0 / (1 + step)
+        opt.set_lr(torch.tensor([o.lr * scale for o in optims], dtype=torch.float64))
+        for p in stack.parameters():
+            p.grad = torch.randn(p.shape, generator=g, dtype=p.dtype)
+        for k, (model, solo) in enumerate(zip(models, solos)):
+            for group in solo.param_groups:
+                group["lr"] = optims[k].lr * scale
+            for name, p in model.named_parameters():
+                p.grad = dict(stack.named_parameters())[name].grad[k].clone()
+            solo.step()
+        opt.step()
+        if step == 2:  # through the members' state dicts and back
+            states = [s.state_dict() for s in solos]
+            opt = build_optimizer(stack, optims)
+            opt.load_members(states)
+            for k, solo in enumerate(solos):
+                _close_states(opt.member_state_dict(k, states[k]["param_groups"]), solo.state_dict())
+    for k, model in enumerate(models):
+        for name, t in model.state_dict().items():
+            torch.testing.assert_close(stack.state_dict()[name][k], t, atol=1e-12, rtol=1e-10, msg=name)
+        _close_states(opt.member_state_dict(k, solos[k].state_dict()["param_groups"]), solos[k].state_dict())
+
+
+def _close_states(a: dict, b: dict) -> None:
+    assert a["param_groups"] == b["param_groups"] and a["state"].keys() == b["state"].keys()
+    for idx, entry in b["state"].items():
+        assert a["state"][idx].keys() == entry.keys()
+        for key, t in entry.items():
+            torch.testing.assert_close(a["state"][idx][key], t, atol=1e-12, rtol=1e-10, msg=f"{idx}.{key}")
+
+
+def test_clip_member_grads_equals_each_members_clip_grad_norm():
+    models = members("rp_smixer", dtype=torch.float64)
+    stack = stack_models(models)
+    g = torch.Generator().manual_seed(2)
+    for p in stack.parameters():
+        p.grad = torch.randn(p.shape, generator=g, dtype=p.dtype) * torch.tensor([0.01, 1.0, 10.0]).view(
+            -1, *(1,) * (p.ndim - 1))  # member 0 below the bound, the others above
+    for k, model in enumerate(models):
+        for name, p in model.named_parameters():
+            p.grad = dict(stack.named_parameters())[name].grad[k].clone()
+    norms = clip_member_grads_(stack, 5.0)
+    for k, model in enumerate(models):
+        want = torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        torch.testing.assert_close(norms[k], want)
+        for name, p in model.named_parameters():
+            torch.testing.assert_close(dict(stack.named_parameters())[name].grad[k], p.grad, msg=name)
+    assert norms[0] < 5.0 < norms[1]
 
 
 def test_diverging_member_stops_alone():
@@ -174,12 +253,14 @@ def test_refuses_mismatched_members():
 def test_refuses_differing_optimisers():
     models = members("smixer", k=2)
     base = OptimConfig(name="adamw", lr=1e-3)
-    with pytest.raises(ConfigError, match="one optimiser setting"):
+    for other in (dataclasses.replace(base, betas=(0.8, 0.99)), dataclasses.replace(base, name="sgd"),
+                  dataclasses.replace(base, clip_grad=1.0)):
+        with pytest.raises(ConfigError, match="lr and weight_decay only"):
+            train_stacked(stack_models(models), [0, 1], _data(16, torch.float32), [base, other], epochs=1,
+                          batch_size=8)
+    with pytest.raises(ConfigError, match="Polyak average"):
         train_stacked(stack_models(models), [0, 1], _data(16, torch.float32),
-                      [base, dataclasses.replace(base, lr=2e-3)], epochs=1, batch_size=8)
-    with pytest.raises(ConfigError, match="clipping"):
-        train_stacked(stack_models(models), [0, 1], _data(16, torch.float32),
-                      dataclasses.replace(base, clip_grad=1.0), epochs=1, batch_size=8)
+                      dataclasses.replace(base, ema_decay=0.9), epochs=1, batch_size=8)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -5,17 +5,20 @@ permutations or SW-MLP masks) into a :class:`StackedModel` whose tensors are the
 axis of length K, under the members' own names: its forward maps (K, B, c, H, W) to (K, B, classes), member k's
 batch through member k's weights only, as batched products and per-member gathers
 (:mod:`pkmixer.layers.stacked`). :meth:`StackedModel.unstack` gives each member's ``state_dict`` back, the one
-a model of that member's architecture loads alone. :func:`train_stacked` advances the K members together, each
-with its own data order (a generator seeded by its seed over in-memory tensors) and an optimizer on the stacked
-tensors equal to K separate ones, one :func:`stacked_step` per batch; :func:`train_one` is the same loop for one
-model, the reference it equals. benchmarks/stack.py (section s) times it against K sequential runs.
+a model of that member's architecture loads alone. :class:`MemberOptimizer` is the members' AdamW or SGD as one
+update on the stacked tensors, each member with its own learning rate and weight decay, and
+:func:`clip_member_grads_` each member's global-norm gradient clip (issue 15 item 2). :func:`train_stacked`
+advances the K members together, each with its own data order (a generator seeded by its seed over in-memory
+tensors), one :func:`stacked_step` per batch; :func:`train_one` is the same loop for one model, the reference it
+equals. benchmarks/stack.py (section s) times it against K sequential runs.
 
 Carried: the :class:`~pkmixer.models.mixer.Mixer` in MLP-Mixer and S-Mixer form, normal or RP (per-member
 J₁, J₂), with ``num_tokens`` skips, pyramids and ``token_tiles``; the :class:`~pkmixer.models.swmlp.SWMLP`
-with dense-masked weights (``weight_format="masked"``, p = 1 included). Refused with a
-:class:`~pkmixer.errors.ConfigError`: CSR ``SparseLinear`` weights (use the masked form), the supp. A.1 untied
-or grouped token mixing, dropout or stochastic depth above 0 (their randomness is not per member), members of
-different shapes, devices or dtypes, members given different optimiser settings, and gradient clipping or EMA.
+with dense-masked weights (``weight_format="masked"``, p = 1 included); members whose optimiser settings differ
+in ``lr`` and ``weight_decay``; gradient clipping. Refused with a :class:`~pkmixer.errors.ConfigError`: CSR
+``SparseLinear`` weights (use the masked form), the supp. A.1 untied or grouped token mixing, dropout or
+stochastic depth above 0 (their randomness is not per member), members of different shapes, devices or dtypes,
+members whose optimiser settings differ in anything else, and - in :func:`train_stacked` only - EMA.
 
 Guaranteed and tested (tests/test_stack.py): the stacked forward and gradients equal each member's, and a
 stacked run of :func:`train_stacked` equals :func:`train_one` on each member, to floating-point tolerance
@@ -25,16 +28,18 @@ their last finite step, without host synchronisation in the step. ``torch.func.v
 index pairs and :class:`~pkmixer.layers.pk.PermuteColumns`) nor CSR weights (whose sizes differ per seed), and
 where it runs it measured slower than these layers (section s), so it is not used.
 
-Real runs - run directories, checkpoints, resume, schedules, augmentation - trained as one stack are
-:mod:`pkmixer.train.stack_runs`. Not part of it yet: per-member learning rates.
+Real runs - run directories, checkpoints, resume, per-member schedules, augmentation, the Polyak average -
+trained as one stack are :mod:`pkmixer.train.stack_runs`.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import zip_longest
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -186,21 +191,30 @@ def stack_models(models: Sequence[nn.Module]) -> StackedModel:
 # ---- training ---------------------------------------------------------------------------------------------
 
 
-def _one_optim(optim: OptimConfig | Sequence[OptimConfig], members: int) -> OptimConfig:
-    configs = [optim] if isinstance(optim, OptimConfig) else list(optim)
-    if len(configs) not in (1, members) or any(c != configs[0] for c in configs):
-        raise ConfigError("stacked members must share one optimiser setting (learning rate included); give one "
-                          "OptimConfig, or train members that differ separately")
-    o = configs[0]
-    if o.clip_grad is not None or o.ema_decay is not None:
-        raise ConfigError("stacked training does not carry gradient clipping or EMA; set clip_grad and ema_decay "
-                          "to None")
-    return o
+MEMBER_OPTIM = ("lr", "weight_decay")  # what stacked members' optimiser settings may differ in
+ADAMW_EPS = 1e-8  # torch's AdamW default, which engine.build_optimizer keeps
 
 
-def build_optimizer(model: nn.Module, optim: OptimConfig) -> torch.optim.Optimizer:
-    """AdamW (fused) or SGD with (Nesterov) momentum, weight decay on :func:`decayed_parameters` only, as
-    :func:`pkmixer.train.engine.build_optimizer`: elementwise, so on a stacked model it equals one per member."""
+def member_optims(optim: OptimConfig | Sequence[OptimConfig], members: int) -> list[OptimConfig]:
+    """One optimiser setting per member (one given: every member's); ConfigError unless they agree but for
+    :data:`MEMBER_OPTIM`."""
+    configs = [optim] * members if isinstance(optim, OptimConfig) else list(optim)
+    if len(configs) != members:
+        raise ConfigError(f"{len(configs)} optimiser settings for {members} stacked members")
+    shared = [dataclasses.replace(c, lr=1.0, weight_decay=0.0) for c in configs]
+    if any(c != shared[0] for c in shared):
+        raise ConfigError("stacked members may differ in their optimiser's lr and weight_decay only; train "
+                          "members whose optimiser settings differ otherwise separately")
+    return configs
+
+
+def build_optimizer(model: nn.Module, optim: OptimConfig | Sequence[OptimConfig]) -> torch.optim.Optimizer:
+    """For one model, AdamW (fused) or SGD with (Nesterov) momentum, weight decay on :func:`decayed_parameters`
+    only, as :func:`pkmixer.train.engine.build_optimizer`; for a :class:`StackedModel`, the
+    :class:`MemberOptimizer` of its members' settings (one for all, or one each)."""
+    if isinstance(model, StackedModel):
+        return MemberOptimizer(model, member_optims(optim, model.members))
+    (optim,) = member_optims(optim, 1)
     decay_names = decayed_parameters(model)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     groups = [{"params": [p for n, p in named if n in decay_names], "weight_decay": optim.weight_decay},
@@ -210,6 +224,131 @@ def build_optimizer(model: nn.Module, optim: OptimConfig) -> torch.optim.Optimiz
         return torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas, fused=fused or None)
     return torch.optim.SGD(groups, lr=optim.lr, momentum=optim.momentum,
                            nesterov=optim.nesterov and optim.momentum > 0)
+
+
+def _member_views(values: torch.Tensor, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """(K,) per-member values as (K, 1, ..., 1) for each stacked tensor, to broadcast over it (torch's foreach
+    ops take such lists, one kernel per tensor)."""
+    return [values.view(-1, *(1,) * (t.ndim - 1)) for t in tensors]
+
+
+class MemberOptimizer(torch.optim.Optimizer):
+    """The members' AdamW (App. C.5) or SGD with (Nesterov) momentum (App. C.4) as one update of a
+    :class:`StackedModel`'s tensors, each member with its own learning rate and weight decay (issue 15 item 2).
+
+    Both are (K,) tensors: ``lr`` of every group (:meth:`set_lr` sets it before a step, so each member follows
+    its own schedule) and ``weight_decay`` of the decayed group (the other has None). Member k's slices take the
+    update torch's optimiser of its setting makes with lr_k and wd_k: AdamW's decoupled decay
+    p ← p·(1 − lr_k·wd_k) − lr_k·m̂/(√v̂ + ε), SGD's coupled g + wd_k·p through the momentum and p ← p − lr_k·d.
+    The state is torch's, each tensor with the member axis first (``step``, ``exp_avg``, ``exp_avg_sq``;
+    ``momentum_buffer``): :meth:`load_members` and :meth:`member_state_dict` convert it from and to the
+    state dicts of the members' own optimisers."""
+
+    def __init__(self, model: StackedModel, optims: Sequence[OptimConfig]) -> None:
+        decay_names = decayed_parameters(model)
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        like = named[0][1]
+        o = optims[0]
+
+        def per_member(values: list[float]) -> torch.Tensor:
+            return torch.tensor(values, dtype=like.dtype, device=like.device)
+
+        groups = [{"params": [p for n, p in named if n in decay_names],
+                   "weight_decay": per_member([c.weight_decay for c in optims])},
+                  {"params": [p for n, p in named if n not in decay_names], "weight_decay": None}]
+        super().__init__(groups, dict(lr=per_member([c.lr for c in optims]), name=o.name, betas=o.betas,
+                                      eps=ADAMW_EPS, momentum=o.momentum, nesterov=o.nesterov and o.momentum > 0))
+
+    def set_lr(self, lr: torch.Tensor) -> None:
+        """Each member's learning rate for the next step, (K,) on the parameters' device."""
+        for group in self.param_groups:
+            group["lr"] = lr
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if params:
+                (self._adamw if group["name"] == "adamw" else self._sgd)(group, params)
+
+    def _adamw(self, group: dict[str, Any], params: list[torch.Tensor]) -> None:
+        """torch's AdamW (``_single_tensor_adam`` with decoupled decay), with per-member lr and decay."""
+        beta1, beta2 = group["betas"]
+        lr, wd = group["lr"], group["weight_decay"]
+        states = [self.state[p] for p in params]
+        for p, s in zip(params, states):
+            if not s:
+                s.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+        grads = [p.grad for p in params]
+        exp_avgs, exp_avg_sqs = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
+        torch._foreach_add_([s["step"] for s in states], 1)
+        steps = [s["step"].item() for s in states]  # host tensors, as torch's: no device synchronisation
+        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+        denoms = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_div_(denoms, [math.sqrt(1 - beta2 ** t) for t in steps])
+        torch._foreach_add_(denoms, group["eps"])
+        directions = torch._foreach_div(exp_avgs, denoms)
+        if wd is not None:
+            torch._foreach_mul_(params, _member_views(1 - lr * wd, params))
+        torch._foreach_addcmul_(params, directions, _member_views(lr, params), [-1 / (1 - beta1 ** t) for t in steps])
+
+    def _sgd(self, group: dict[str, Any], params: list[torch.Tensor]) -> None:
+        """torch's SGD (no dampening), with per-member lr and decay; a missing momentum buffer starts at zero,
+        so that its first value is the gradient, as torch's clone."""
+        lr, wd, momentum = group["lr"], group["weight_decay"], group["momentum"]
+        grads = [p.grad for p in params]
+        if wd is not None:
+            grads = torch._foreach_addcmul(grads, params, _member_views(wd, params))
+        if momentum:
+            states = [self.state[p] for p in params]
+            for p, s in zip(params, states):
+                s.setdefault("momentum_buffer", torch.zeros_like(p))
+            bufs = [s["momentum_buffer"] for s in states]
+            torch._foreach_mul_(bufs, momentum)
+            torch._foreach_add_(bufs, grads)
+            grads = torch._foreach_add(grads, bufs, alpha=momentum) if group["nesterov"] else bufs
+        torch._foreach_addcmul_(params, grads, _member_views(lr, params), value=-1)
+
+    def load_members(self, states: Sequence[dict[str, Any]]) -> None:
+        """The members' own optimisers' ``state_dict``s (torch's optimiser of their setting over their model,
+        one parameter order: :func:`build_optimizer`'s), as this one's state: tensors stacked, the step count
+        - which must agree - kept once, on the host. This optimiser's settings stay its own."""
+        ids = states[0]["state"].keys()
+        if any(s["state"].keys() != ids for s in states):
+            raise ConfigError("stacked members' optimiser states hold different parameters")
+        stacked: dict[int, dict[str, torch.Tensor]] = {}
+        for idx in ids:
+            entry = stacked[idx] = {}
+            for key in states[0]["state"][idx]:
+                values = [s["state"][idx][key] for s in states]
+                if key == "step":
+                    counts = {float(v) for v in values}
+                    if len(counts) > 1:
+                        raise ConfigError(f"stacked members are at different optimiser steps {sorted(counts)}")
+                    entry[key] = torch.tensor(counts.pop())
+                else:
+                    entry[key] = torch.stack(values)
+        self.load_state_dict({"state": stacked, "param_groups": self.state_dict()["param_groups"]})
+
+    def member_state_dict(self, k: int, param_groups: list[dict[str, Any]]) -> dict[str, Any]:
+        """Member k's slice of the state (copies) with ``param_groups`` - its own optimiser's settings and
+        schedule - as the ``state_dict`` its own optimiser loads."""
+        return {"state": {idx: {key: v.clone() if key == "step" else v[k].clone() for key, v in entry.items()}
+                          for idx, entry in self.state_dict()["state"].items()},
+                "param_groups": [dict(g) for g in param_groups]}
+
+
+def clip_member_grads_(model: StackedModel, max_norm: float) -> torch.Tensor:
+    """Each member's ``torch.nn.utils.clip_grad_norm_(member.parameters(), max_norm)`` - the solo run's global
+    clip - on its own slice of the gradients: member k's norm runs over all its tensors, and its gradient is
+    scaled by min(1, max_norm / (norm_k + 1e-6)). Returns the members' norms, (K,)."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    per_tensor = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads])  # (tensors, K)
+    norms = torch.linalg.vector_norm(per_tensor, dim=0)
+    torch._foreach_mul_(grads, _member_views(torch.clamp(max_norm / (norms + 1e-6), max=1.0), grads))
+    return norms
 
 
 @dataclass(frozen=True)
@@ -253,12 +392,19 @@ def _test_errors(model: nn.Module, data: TensorData, batch: int, stacked: int | 
     return errors.tolist()
 
 
+def _no_ema(configs: Sequence[OptimConfig]) -> None:
+    if configs[0].ema_decay is not None:
+        raise ConfigError("train_one and train_stacked keep no Polyak average; set ema_decay to None (real runs "
+                          "stack with it: pkmixer.train.stack_runs)")
+
+
 def train_one(model: nn.Module, seed: int, data: TensorData, optim: OptimConfig, epochs: int, batch_size: int,
               eval_batch_size: int = 256) -> MemberResult:
     """Train one model: each epoch a ``torch.randperm`` of the training set from a generator seeded by ``seed``,
-    full batches of mean cross-entropy, one optimizer step each; stop at the first non-finite loss (no step)."""
-    o = _one_optim(optim, 1)
-    opt = build_optimizer(model, o)
+    full batches of mean cross-entropy, the gradient clipped to ``optim.clip_grad`` when set, one optimizer
+    step each; stop at the first non-finite loss (no step)."""
+    _no_ema([optim])
+    opt = build_optimizer(model, optim)
     generator = torch.Generator().manual_seed(seed)
     result, step, device = MemberResult(seed), 0, next(model.parameters()).device
     model.train()
@@ -273,6 +419,8 @@ def train_one(model: nn.Module, seed: int, data: TensorData, optim: OptimConfig,
                 break
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            if optim.clip_grad is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), optim.clip_grad)
             opt.step()
             total, taken, step = total + float(loss.detach()), taken + 1, step + 1
         result.train_loss.append(total / taken if taken else math.nan)
@@ -283,15 +431,18 @@ def train_one(model: nn.Module, seed: int, data: TensorData, optim: OptimConfig,
 
 
 def stacked_step(model: StackedModel, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-                 active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One step of every member on its own batch, x (K, B, c, H, W) and y (K, B); ``active`` (K,) bool says
-    which members still train. Returns the members' losses (K,) and ``active`` less the members whose loss
-    is not finite: their loss leaves the sum and the step leaves their parameters as they were."""
+                 active: torch.Tensor, clip_grad: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step of every member on its own batch, x (K, B, c, H, W) and y (K, B), each member's gradient clipped
+    to ``clip_grad`` when given; ``active`` (K,) bool says which members still train. Returns the members'
+    losses (K,) and ``active`` less the members whose loss is not finite: their loss leaves the sum and the
+    step leaves their parameters as they were."""
     K = x.shape[0]
     losses = F.cross_entropy(model(x).flatten(0, 1), y.flatten(), reduction="none").view(K, -1).mean(1)
     active = active & torch.isfinite(losses)
     optimizer.zero_grad(set_to_none=True)
     torch.where(active, losses, 0.0).sum().backward()
+    if clip_grad is not None:
+        clip_member_grads_(model, clip_grad)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     before = [p.detach().clone() for p in params]
     optimizer.step()
@@ -304,14 +455,17 @@ def stacked_step(model: StackedModel, optimizer: torch.optim.Optimizer, x: torch
 def train_stacked(model: StackedModel, seeds: Sequence[int], data: TensorData,
                   optim: OptimConfig | Sequence[OptimConfig], epochs: int, batch_size: int,
                   eval_batch_size: int = 256) -> list[MemberResult]:
-    """Train the K members of ``model`` together, member k as :func:`train_one` with ``seeds[k]`` would: the loss
+    """Train the K members of ``model`` together, member k as :func:`train_one` with ``seeds[k]`` and its
+    optimiser setting (``optim``: one for all, or one each, differing in lr and weight decay) would: the loss
     is the sum over members of each one's mean cross-entropy, so each member's gradient is its own. A member whose
     loss goes non-finite stops alone: its loss leaves the sum and its parameters keep their values from before
     that step. The step never synchronises with the host; the metrics are read once per epoch."""
     K = model.members
     if len(seeds) != K:
         raise ConfigError(f"{len(seeds)} seeds for {K} stacked members")
-    opt = build_optimizer(model, _one_optim(optim, K))
+    optims = member_optims(optim, K)
+    _no_ema(optims)
+    opt = build_optimizer(model, optims)
     device = next(model.parameters()).device
     generators = [torch.Generator().manual_seed(s) for s in seeds]
     results = [MemberResult(s) for s in seeds]
@@ -328,7 +482,8 @@ def train_stacked(model: StackedModel, seeds: Sequence[int], data: TensorData,
         taken = torch.zeros(K, dtype=torch.long, device=device)
         for start in _steps(n, batch_size):
             idx = orders[:, start:start + batch_size]  # (K, B): each member its own batch
-            losses, now = stacked_step(model, opt, data.x_train[idx], data.y_train[idx], active)
+            losses, now = stacked_step(model, opt, data.x_train[idx], data.y_train[idx], active,
+                                       optims[0].clip_grad)
             stopped_at = torch.where(active & ~now, step, stopped_at)
             active = now
             total += torch.where(active, losses, 0.0)
