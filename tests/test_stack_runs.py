@@ -1,5 +1,6 @@
-"""K runs trained as one stack (pkmixer.train.stack_runs): each run directory equals its solo loop.train run, resumes
-alone or restacked, regroups after a kill between two members' writes, and a diverging member stops alone."""
+"""K runs trained as one stack (pkmixer.train.stack_runs): each run directory equals its solo loop.train run - members
+of their own learning rates and weight decays, gradient clipping and the Polyak average included - resumes alone or
+restacked, regroups after a kill between two members' writes, and a diverging member stops alone."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
 from pkmixer import atomic
 from pkmixer.checkpoint import read_checkpoint
 from pkmixer.errors import ConfigError
-from pkmixer.train import loop
+from pkmixer.train import loop, stack_runs
 from pkmixer.train.config import build_config
 from pkmixer.train.engine import TrainingDiverged
 from pkmixer.train.stack_runs import member_losses, train_stack
@@ -128,6 +129,55 @@ def test_stopped_stack_resumes_alone_and_restacked(solo, tmp_path):
         close(outcome(d), outcome(solo / f"s{s}"), f"seed {s} restacked")
 
 
+# each member its own lr and weight decay (issue 15 item 2): warm-up from one warmup_lr and cosine to one min_lr
+# make the members' schedules differ by more than a factor
+OWN = {"adamw": [{"optim.lr": lr, "optim.weight_decay": wd} for lr, wd in ((0.003, 0.0), (0.01, 0.05), (0.03, 0.2))],
+       "sgd": [{"optim.name": "sgd", "optim.momentum": 0.9, "optim.lr": lr, "optim.weight_decay": wd}
+               for lr, wd in ((0.02, 1e-4), (0.05, 1e-3), (0.1, 5e-3))]}
+SHARED = {"schedule.min_lr": 1e-3}
+
+
+def _equal_solo_runs(cfgs: list, tmp_path: Path, stop_after: int | None = None) -> list[Path]:
+    """The configs trained as one stack - with ``stop_after``, stopped there and resumed as a stack - equal
+    their solo runs; the stack's run directories."""
+    dirs = [tmp_path / f"stacked{i}" for i in range(len(cfgs))]
+    for i, c in enumerate(cfgs):
+        loop.train(c, tmp_path / f"solo{i}", **QUIET)
+    train_stack(cfgs, dirs, stop_after=stop_after, **QUIET)
+    if stop_after is not None:
+        train_stack([None] * len(cfgs), dirs, resume=True, **QUIET)
+    for i, d in enumerate(dirs):
+        close(outcome(d), outcome(tmp_path / f"solo{i}"), f"member {i}")
+    return dirs
+
+
+@pytest.mark.parametrize("optim", list(OWN))
+def test_members_of_their_own_lr_and_weight_decay_equal_solo_runs(tmp_path, optim):
+    cfgs = [cfg(s, **SHARED, **own) for s, own in zip(SEEDS, OWN[optim])]
+    dirs = _equal_solo_runs(cfgs, tmp_path)
+    lrs = [[json.loads(line)["lr"] for line in (d / "metrics.jsonl").read_text().splitlines()] for d in dirs]
+    assert lrs[0][0] < lrs[1][0] < lrs[2][0]  # each its own schedule
+
+
+CLIP = 0.2  # about the median of the members' gradient norms
+
+
+def test_clipping_and_polyak_average_equal_solo_runs(tmp_path, monkeypatch):
+    """optim.clip_grad clips each member by its own global norm (it binds: the members' norms exceed it) and
+    optim.ema_decay keeps each member's average - checkpointed, restacked on resume and evaluated - as alone."""
+    norms, clip = [], stack_runs.clip_member_grads_
+    monkeypatch.setattr(stack_runs, "clip_member_grads_", lambda model, bound: norms.append(clip(model, bound)))
+    extra = {**SHARED, "optim.clip_grad": CLIP, "optim.ema_decay": 0.9}
+    cfgs = [cfg(s, **extra, **own) for s, own in zip(SEEDS, OWN["sgd"])]  # SGD: the step is linear in the clip
+    dirs = _equal_solo_runs(cfgs, tmp_path, stop_after=1)
+    above = torch.stack(norms) > CLIP  # (steps, members)
+    assert above.any(0).all(), "the clip should bind for every member"
+    for d in dirs:
+        rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+        assert all("ema_test_error" in r for r in rows) and "final_ema_test_error" in outcome(d)["summary"]
+        assert "ema" in read_checkpoint(d / "checkpoints" / "latest.pt")
+
+
 def _child(dirs: list[Path], *, resume: bool = False, fault: str | None = None, trace: Path | None = None) -> int:
     """train_stack of the first len(dirs) seeds in a forked child with one thread; its wait status."""
     return forked(lambda: train_stack([cfg(s) for s in SEEDS[:len(dirs)]], dirs, resume=resume, **QUIET),
@@ -181,7 +231,8 @@ def test_diverging_member_stops_alone(solo, tmp_path):
 
 
 @pytest.mark.parametrize("extra, words", [
-    ({"optim.lr": 0.02}, "differs from run 0 in optim.lr"),
+    ({"optim.betas": [0.8, 0.99]}, "differs from run 0 in optim.betas"),
+    ({"optim.clip_grad": 1.0}, "differs from run 0 in optim.clip_grad"),
     ({"model.depth": 1}, "differs from run 0 in model.depth"),
 ])
 def test_refuses_runs_that_differ_in_more_than_seeds(tmp_path, extra, words):
@@ -192,7 +243,7 @@ def test_refuses_runs_that_differ_in_more_than_seeds(tmp_path, extra, words):
 
 @pytest.mark.parametrize("extra, words", [
     ({"data.pipeline": "per-sample"}, "resident data pipeline"),
-    ({"optim.clip_grad": 1.0}, "gradient clipping or EMA"),
+    ({"run.compile": True}, "run.compile"),
     ({"model.name": "swmlp_t4_28", "model.embed_dim": 4}, "CSR SparseLinear"),
     ({"model.drop_path_rate": 0.1}, "dropout or stochastic depth"),
 ])
@@ -213,7 +264,7 @@ def test_member_losses_equal_each_members_criterion():
         torch.testing.assert_close(member_losses(criterion, logits, targets), want)
 
 
-def test_sweep_stacks_runs_that_differ_in_seeds(tmp_path):
+def test_sweep_stacks_runs_that_differ_in_seeds_and_lr(tmp_path):
     from pkmixer.experiments.sweep import RunSpec, run_sweep, stack_groups
 
     one = {"schedule.epochs": 1}
@@ -221,14 +272,15 @@ def test_sweep_stacks_runs_that_differ_in_seeds(tmp_path):
              for lr in (0.01, 0.02) for s in SEEDS[:2]]
     csr = {**one, "model.name": "swmlp_t4_28", "model.embed_dim": 4}  # CSR weights: refused by the stack, trained alone
     specs += [RunSpec(f"csr-s{s}", cfg(s, **csr), {"seed": s}) for s in SEEDS[:2]]
-    assert [[s.name for s in g] for g in stack_groups(specs)] == [[s.name for s in specs[i:i + 2]] for i in (0, 2, 4)]
+    assert [[s.name for s in g] for g in stack_groups(specs)] == [[s.name for s in specs[:4]],
+                                                                  [s.name for s in specs[4:]]]
     kw = dict(workers=1, threads=1, progress=False, log=lambda _: None)
     stacked = run_sweep(specs, tmp_path / "stacked", stack=True, **kw)
     alone = run_sweep(specs, tmp_path / "alone", **kw)
     assert [r["status"] for r in stacked] == ["finished"] * 6
-    assert [r["stack"] for r in stacked] == [2, 2, 2, 2, None, None] and {r["stack"] for r in alone} == {None}
+    assert [r["stack"] for r in stacked] == [4, 4, 4, 4, None, None] and {r["stack"] for r in alone} == {None}
     for a, b in zip(stacked, alone):
-        assert [c.get("stack_members") for c in a["curve"]] == [2 if a["stack"] else None]
+        assert [c.get("stack_members") for c in a["curve"]] == [a["stack"]]
         curve = [{k: v for k, v in c.items() if not k.startswith("stack")} for c in a["curve"]]
         close(curve, b["curve"], a["run"])
         close(a["final_test_loss"], b["final_test_loss"])

@@ -17,7 +17,8 @@ whatever was killed when. A run whose directory was made with another config is 
 One process at a time may drive a sweep directory (a lock file, ``.lock``).
 
 Stacking (``stack=True``, ``pkmixer reproduce --stack``; off by default): the runs still to train whose configs
-differ only in ``run.seed`` and ``model.structure_seed`` are one job, trained as one stacked model
+differ only in ``run.seed``, ``model.structure_seed``, ``optim.lr`` and ``optim.weight_decay`` (a point's seeds,
+and a learning-rate sweep's points) are one job, trained as one stacked model
 (:mod:`pkmixer.train.stack_runs`: each run directory as if trained alone, resumable alone or restacked); a job
 the stack refuses (a model it cannot carry) trains its runs alone. Each row's ``stack`` and curve record how the
 run trained (its results depend on it to float rounding). A stacked run's ``wall_time`` counts the whole stack's.
@@ -328,10 +329,10 @@ def execute_run(name: str, config: TrainConfig, run_dir: str, log_path: str, pro
 
 
 def execute_stack(jobs: Sequence[tuple], threads: int | None) -> list[dict]:
-    """Train or resume the runs of ``jobs`` (execute_run's arguments, configs equal but for the seeds) as one
-    stack (:func:`pkmixer.train.stack_runs.train_stack`), then the probes each still lacks; one result per run,
-    as :func:`execute_run`'s. Runs that are done are skipped as there; when the stack is refused before anything
-    is written (a model it cannot carry, the per-sample pipeline), each run trains alone instead."""
+    """Train or resume the runs of ``jobs`` (execute_run's arguments, configs that :func:`stack_groups` put
+    together) as one stack (:func:`pkmixer.train.stack_runs.train_stack`), then the probes each still lacks; one
+    result per run, as :func:`execute_run`'s. Runs that are done are skipped as there; when the stack is refused
+    before anything is written (a model it cannot carry, the per-sample pipeline), each run trains alone instead."""
     import torch
 
     from ..train.stack_runs import train_stack
@@ -383,9 +384,9 @@ def execute_group(jobs: Sequence[tuple], threads: int | None) -> list[dict]:
 
 
 def stack_groups(specs: Sequence[RunSpec]) -> list[list[RunSpec]]:
-    """The specs in groups that may train as one stack: configs equal but for ``run.seed`` and
-    ``model.structure_seed``, in the specs' order (a group of one trains alone). Decided from the configs
-    alone, never by timing."""
+    """The specs in groups that may train as one stack: configs equal but for what each member keeps its own
+    (:data:`pkmixer.train.stack_runs.PER_MEMBER`: the two seeds, ``optim.lr``, ``optim.weight_decay``), in the
+    specs' order (a group of one trains alone). Decided from the configs alone, never by timing."""
     from ..train.stack_runs import stack_key
 
     groups: dict[str, list[RunSpec]] = {}
@@ -589,9 +590,10 @@ def run_sweep(specs: Sequence[RunSpec], sweep_dir: Path, *, backend: str = "loca
     ``threads``: torch threads per run (default: the cores divided among the workers; 1 per Ray task);
     ``info``: stored in sweep.json beside the specs (the preset, scale, data set and command, for reports).
     A run that fails is recorded (status "failed", its error in the row) and the others go on; run the sweep
-    again to retry it. ``stack``: the runs still to train whose configs differ only in their seeds train as one
-    stacked job each (:func:`stack_groups`, :func:`execute_stack`; each row's ``stack`` and curve say how it
-    trained); off by default (on a CPU stacking measured no faster, docs/performance.md section s).
+    again to retry it. ``stack``: the runs still to train whose configs differ only in their seeds, learning rate
+    and weight decay train as one stacked job each (:func:`stack_groups`, :func:`execute_stack`; each row's
+    ``stack`` and curve say how it trained); off by default (on a CPU stacking measured no faster,
+    docs/performance.md section s).
     """
     if backend not in BACKENDS:
         raise unknown_name("backend", str(backend), BACKENDS)

@@ -1,17 +1,21 @@
 """K runs trained as one stack (:mod:`pkmixer.train.stack`), each run directory what :func:`pkmixer.train.loop.train`
 would have written for it alone.
 
-:func:`train_stack` takes K configs that differ only in ``run.seed`` and ``model.structure_seed`` and K run
-directories. Each member is set up exactly as a solo run (:func:`pkmixer.train.loop.open_run`: seeded, its own
-data split, resident feeds, engine, and on resume its own ``latest.pt``); the members' models and optimiser
-states are then stacked, and each epoch every member's batch comes from its own feed (its data order and
-augmentation draws keyed by its own seed, as alone), the stacked optimiser and one per-update schedule (the
-members share one config, so one schedule is each one's), and one stacked evaluation over each member's test
-set. At the end of an epoch the weights, optimiser and schedule are unstacked into each member's model and engine,
-and each member's metrics row and checkpoints are written by :func:`pkmixer.train.loop.end_epoch_writes`, member
-after member: the checkpoints are a solo run's, loadable alone, and ``loop.train(cfg, dir, resume=True)``
-continues a member alone. Rows gain ``stack_members`` (the stack's size that epoch) and ``stack_member`` (the
-member's place in it): the float rounding of a stacked epoch may depend on them.
+:func:`train_stack` takes K configs that differ only in :data:`PER_MEMBER` - ``run.seed``,
+``model.structure_seed``, ``optim.lr`` and ``optim.weight_decay`` - and K run directories. Each member is set up
+exactly as a solo run (:func:`pkmixer.train.loop.open_run`: seeded, its own data split, resident feeds, engine,
+and on resume its own ``latest.pt``); the members' models, optimiser states and Polyak averages are then
+stacked, and each epoch every member's batch comes from its own feed (its data order and augmentation draws
+keyed by its own seed, as alone), its learning rate from its own schedule (its engine's, stepped through the
+epoch as alone: per-member learning rates, issue 15 item 2), its gradient clipped to ``optim.clip_grad`` by its
+own global norm, one :class:`~pkmixer.train.stack.MemberOptimizer` step for all, the stacked Polyak average
+(``optim.ema_decay``, timm's ``ModelEmaV3`` as the solo engine keeps it) updated after it, and one stacked
+evaluation of the weights and of their average over each member's test set. At the end of an epoch the weights,
+optimiser state and average are unstacked into each member's model and engine, and each member's metrics row and
+checkpoints are written by :func:`pkmixer.train.loop.end_epoch_writes`, member after member: the checkpoints are
+a solo run's, loadable alone, and ``loop.train(cfg, dir, resume=True)`` continues a member alone. Rows gain
+``stack_members`` (the stack's size that epoch) and ``stack_member`` (the member's place in it): the float
+rounding of a stacked epoch may depend on them.
 
 Members regroup by completed epochs. A kill between two members' writes leaves members at different epochs (the
 epoch of their ``latest.pt``; 0 without one). A stacked run - fresh or resumed - trains, one epoch at a time, the
@@ -21,9 +25,9 @@ from its own checkpoint, and ends where an uninterrupted run ends. A member whos
 is not finite stops there alone, as a solo run would: ``summary.json`` says ``diverged`` at that epoch and its
 checkpoints stay those of the epoch before; the others restack and go on.
 
-Refused (:class:`~pkmixer.errors.ConfigError`): configs that differ in anything but the two seeds; the
-per-sample pipeline (the resident one only); gradient clipping, EMA, ``run.compile``; several processes
-(torchrun); and whatever :func:`~pkmixer.train.stack.stack_models` refuses. Tested in tests/test_stack_runs.py.
+Refused (:class:`~pkmixer.errors.ConfigError`): configs that differ in anything but :data:`PER_MEMBER`; the
+per-sample pipeline (the resident one only); ``run.compile``; several processes (torchrun); and whatever
+:func:`~pkmixer.train.stack.stack_models` refuses. Tested in tests/test_stack_runs.py.
 """
 from __future__ import annotations
 
@@ -41,19 +45,21 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
+from timm.utils import ModelEmaV3
 from torch import nn
 
 from ..checkpoint import read_checkpoint
 from ..errors import ConfigError
 from . import distributed as dist_
 from .config import TrainConfig
-from .engine import autocast, build_optimizer, build_scheduler, evaluate
+from .engine import StepEngine, autocast, evaluate
 from .loop import (OpenRun, claim_run, end_epoch_writes, open_run, prepare_run, resolve_auto_data, rng_state,
                    seed_everything, set_threads, start_files, write_diverged, write_summary)
 from .rundir import RunDir
-from .stack import StackedModel, stack_models
+from .stack import MemberOptimizer, StackedModel, build_optimizer, clip_member_grads_, stack_models
 
-SEEDS = ("run.seed", "model.structure_seed")
+# what stacked runs' configs may differ in: the seeds, and each member's own learning rate and weight decay
+PER_MEMBER = ("run.seed", "model.structure_seed", "optim.lr", "optim.weight_decay")
 
 
 # ---- checks -----------------------------------------------------------------------------------------------
@@ -71,29 +77,30 @@ def flat_config(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _shared(cfg: TrainConfig) -> dict[str, Any]:
+    return {k: v for k, v in flat_config(cfg.as_dict()).items() if k not in PER_MEMBER}
+
+
 def stack_key(cfg: TrainConfig) -> str:
-    """What must agree for runs to train as one stack: the config but for the seeds, as text."""
-    return json.dumps({k: v for k, v in flat_config(cfg.as_dict()).items() if k not in SEEDS}, sort_keys=True,
-                      default=str)
+    """What must agree for runs to train as one stack: the config but for :data:`PER_MEMBER`, as text."""
+    return json.dumps(_shared(cfg), sort_keys=True, default=str)
 
 
 def check_stackable(cfgs: list[TrainConfig]) -> None:
-    """ConfigError unless the configs can train as one stack (module docstring): equal but for the seeds."""
+    """ConfigError unless the configs can train as one stack (module docstring): equal but for
+    :data:`PER_MEMBER`."""
     if not cfgs:
         raise ConfigError("train_stack needs at least one run")
-    first = {k: v for k, v in flat_config(cfgs[0].as_dict()).items() if k not in SEEDS}
+    first = _shared(cfgs[0])
     for i, cfg in enumerate(cfgs[1:], 1):
-        other = {k: v for k, v in flat_config(cfg.as_dict()).items() if k not in SEEDS}
+        other = _shared(cfg)
         differ = sorted(k for k in first.keys() | other.keys() if first.get(k, "?") != other.get(k, "?"))
         if differ:
-            raise ConfigError(f"stacked runs may differ only in run.seed and model.structure_seed; run {i} differs "
-                              f"from run 0 in {', '.join(differ[:3])}")
+            raise ConfigError(f"stacked runs may differ only in {', '.join(PER_MEMBER)}; run {i} differs from run "
+                              f"0 in {', '.join(differ[:3])}")
     c = cfgs[0]
     if c.data.pipeline == "per-sample":
         raise ConfigError("stacked runs need the resident data pipeline; data.pipeline=per-sample cannot be stacked")
-    if c.optim.clip_grad is not None or c.optim.ema_decay is not None:
-        raise ConfigError("stacked runs do not carry gradient clipping or EMA; set optim.clip_grad and "
-                          "optim.ema_decay to null")
     if c.run.compile:
         raise ConfigError("stacked runs do not carry run.compile; set it to false")
 
@@ -116,39 +123,6 @@ def member_losses(criterion: nn.Module, logits: torch.Tensor, targets: torch.Ten
     raise ConfigError(f"stacked runs do not carry the loss {type(criterion).__name__}")
 
 
-def _params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    return [p for group in optimizer.param_groups for p in group["params"]]
-
-
-def stack_optimizer_states(states: list[dict[str, Any]]) -> dict[str, Any]:
-    """The members' optimiser ``state_dict``s (of one structure, as :func:`engine.build_optimizer` makes them) as
-    the stacked optimiser's: per-parameter tensors stacked on a first axis, shared scalars (``step``) kept
-    once - they must agree."""
-    first = states[0]
-    out: dict[str, Any] = {"state": {}, "param_groups": first["param_groups"]}
-    for idx, entry in first["state"].items():
-        stacked = {}
-        for key, value in entry.items():
-            values = [s["state"][idx][key] for s in states]
-            if key == "step" or not isinstance(value, torch.Tensor):
-                if any(not torch.equal(torch.as_tensor(v), torch.as_tensor(value)) for v in values):
-                    raise ConfigError(f"stacked members are at different optimiser steps ({key})")
-                stacked[key] = value
-            else:
-                stacked[key] = torch.stack(values)
-        out["state"][idx] = stacked
-    if any(s["state"].keys() != first["state"].keys() for s in states):
-        raise ConfigError("stacked members' optimiser states hold different parameters")
-    return out
-
-
-def member_optimizer_state(state: dict[str, Any], k: int) -> dict[str, Any]:
-    """Member ``k``'s optimiser ``state_dict`` out of the stacked one's (copies): what its solo run holds."""
-    return {"state": {idx: {key: v if key == "step" or not isinstance(v, torch.Tensor) else v[k].clone()
-                            for key, v in entry.items()} for idx, entry in state["state"].items()},
-            "param_groups": [dict(g) for g in state["param_groups"]]}
-
-
 # ---- the runs ---------------------------------------------------------------------------------------------
 
 
@@ -167,60 +141,94 @@ class _Member:
 class _Stack:
     members: list[_Member]
     model: StackedModel
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
+    optimizer: MemberOptimizer
+    ema: ModelEmaV3 | None  # the stacked Polyak average (optim.ema_decay), as each member's engine keeps its own
+
+    @property
+    def engines(self) -> list[StepEngine]:
+        return [m.r.engine for m in self.members]
 
 
 def _restack(group: list[_Member], ctx: dist_.Context) -> _Stack:
     """The group's members (their models and engines hold their state) as one stack, in the order the solo
-    engine builds and restores its optimiser and schedule."""
+    engine builds and restores its optimiser."""
     first = group[0].r
     model = stack_models([m.r.model for m in group]).to(ctx.device)
-    optimizer = build_optimizer(first.cfg, model)
-    scheduler = build_scheduler(first.cfg, optimizer, first.engine.steps_per_epoch)
-    optimizer.load_state_dict(stack_optimizer_states([m.r.engine.optimizer.state_dict() for m in group]))
-    scheduler.load_state_dict(first.engine.scheduler.state_dict())
     if [n for n, _ in model.named_parameters()] != [n for n, _ in first.model.named_parameters()]:
         raise ConfigError("the stacked model's parameters do not follow its members'")  # the optimiser ids rely on it
-    return _Stack(group, model, optimizer, scheduler)
+    optimizer = build_optimizer(model, [m.r.cfg.optim for m in group])
+    optimizer.load_members([m.r.engine.optimizer.state_dict() for m in group])
+    ema = None
+    if first.cfg.optim.ema_decay is not None:
+        ema = ModelEmaV3(model, decay=first.cfg.optim.ema_decay)
+        ema.module.load_state_dict(stack_models([m.r.engine.ema.module for m in group]).state_dict())
+    return _Stack(group, model, optimizer, ema)
 
 
 def _unstack(stack: _Stack) -> None:
-    """Each member's weights, optimiser and schedule state, from the stack into its own model and engine."""
-    opt_state, sched_state = stack.optimizer.state_dict(), stack.scheduler.state_dict()
-    for k, m in enumerate(stack.members):
+    """Each member's weights, optimiser state and Polyak average, from the stack into its own model and engine
+    (its schedule is its own already: :func:`_member_lrs`)."""
+    for k, (m, engine) in enumerate(zip(stack.members, stack.engines)):
         m.r.model.load_state_dict(stack.model.member_state_dict(k))
-        m.r.engine.optimizer.load_state_dict(member_optimizer_state(opt_state, k))
-        m.r.engine.scheduler.load_state_dict(sched_state)
+        engine.optimizer.load_state_dict(stack.optimizer.member_state_dict(
+            k, engine.optimizer.state_dict()["param_groups"]))
+        if stack.ema is not None:
+            engine.ema.module.load_state_dict(stack.ema.module.member_state_dict(k))
+
+
+def _member_lrs(engines: list[StepEngine], epoch: int, like: torch.Tensor) -> torch.Tensor:
+    """Each member's learning rate for each update of ``epoch``, (steps, K) like ``like``: its own schedule,
+    stepped through the epoch here as its solo run steps it (after each update), which leaves its optimiser's
+    settings and schedule where the solo run's are at the epoch's end. One copy to the device an epoch."""
+    steps = engines[0].steps_per_epoch
+    rows = []
+    for update in range(epoch * steps + 1, (epoch + 1) * steps + 1):
+        rows.append([e.lr for e in engines])
+        for e in engines:
+            e.scheduler.step_update(update)
+    return torch.tensor(rows, dtype=like.dtype).to(like.device)
 
 
 def _train_epoch(stack: _Stack, epoch: int, ctx: dist_.Context) -> list[float]:
     """One epoch of the stack (as :meth:`StepEngine.train_epoch` for each member); the members' mean losses."""
-    engines = [m.r.engine for m in stack.members]
+    engines = stack.engines
     cfg, steps, K = engines[0].cfg, engines[0].steps_per_epoch, len(engines)
+    lrs = _member_lrs(engines, epoch, next(stack.model.parameters()))
     stack.model.train()
     loss_sum = torch.zeros(K, dtype=torch.float64, device=ctx.device)
-    seen, updates = 0, epoch * steps
-    for batches in zip(*(e.train_feed.epoch(epoch) for e in engines), strict=True):
+    seen = 0
+    for i, batches in enumerate(zip(*(e.train_feed.epoch(epoch) for e in engines), strict=True)):
         images = torch.stack([b[0] for b in batches])
         targets = torch.stack([b[1] for b in batches])
         with autocast(cfg, ctx.device):
             losses = member_losses(engines[0].criterion, stack.model(images), targets)
         stack.optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()  # each member's gradient is its own loss's
+        if cfg.optim.clip_grad is not None:
+            clip_member_grads_(stack.model, cfg.optim.clip_grad)
+        stack.optimizer.set_lr(lrs[i])
         stack.optimizer.step()
-        updates += 1
-        stack.scheduler.step_update(updates)
+        if stack.ema is not None:
+            stack.ema.update(stack.model, step=epoch * steps + i + 1)
         loss_sum += losses.detach().double() * images.shape[1]
         seen += images.shape[1]
     return (loss_sum / seen).tolist()
 
 
+def _test_batches(engines: list[StepEngine]):
+    return ((torch.stack([b[0] for b in bs]), torch.stack([b[1] for b in bs]))
+            for bs in zip(*(e.test_feed.epoch(0) for e in engines), strict=True))
+
+
 def _evaluate(stack: _Stack, ctx: dist_.Context) -> list[dict[str, float]]:
-    engines = [m.r.engine for m in stack.members]
-    batches = ((torch.stack([b[0] for b in bs]), torch.stack([b[1] for b in bs]))
-               for bs in zip(*(e.test_feed.epoch(0) for e in engines), strict=True))
-    return evaluate(stack.model, batches, ctx, engines[0].cfg, members=len(engines))
+    """Each member's :meth:`StepEngine.evaluate`: its weights, and their Polyak average when kept."""
+    engines, K = stack.engines, len(stack.members)
+    results = evaluate(stack.model, _test_batches(engines), ctx, engines[0].cfg, members=K)
+    if stack.ema is not None:
+        averages = evaluate(stack.ema.module, _test_batches(engines), ctx, engines[0].cfg, members=K)
+        for result, ema in zip(results, averages):
+            result.update(ema_test_loss=ema["test_loss"], ema_test_error=ema["test_error"])
+    return results
 
 
 def _global_rng() -> tuple:
@@ -299,7 +307,7 @@ def _train_stack(cfgs: list[TrainConfig], runs: list[RunDir], resuming: list[boo
             raise RuntimeError("stacked training drew from the global RNG, which its members' solo runs would "
                                "each have drawn from alone")
         _unstack(stack)
-        elapsed, lr = time.time() - t0, stack.optimizer.param_groups[0]["lr"]
+        elapsed = time.time() - t0
         for k, (m, loss, result) in enumerate(zip(group, losses, results)):
             m.epoch = epoch + 1
             if not math.isfinite(loss):
@@ -308,7 +316,7 @@ def _train_stack(cfgs: list[TrainConfig], runs: list[RunDir], resuming: list[boo
                               f"good checkpoint in {m.r.run.latest.parent}")
                 log(f"{m.r.run.root}: {m.diverged}")
                 continue
-            m.last = {"epoch": epoch + 1, "train_loss": loss, **result, "lr": lr, "epoch_time": elapsed,
+            m.last = {"epoch": epoch + 1, "train_loss": loss, **result, "lr": m.r.engine.lr, "epoch_time": elapsed,
                       "stack_members": len(group), "stack_member": k}
             end_epoch_writes(m.r, m.last, m.end_epoch, ctx, lambda line, m=m: log(f"{m.r.run.root.name}: {line}"),
                              m.rng)
