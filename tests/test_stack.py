@@ -24,6 +24,9 @@ CASES = {
     "swmlp_masked": ("swmlp_t4_28", dict(num_classes=10, depth=2, embed_dim=4, weight_format="masked")),
     "swmlp_dense_input": ("swmlp_t4_28", dict(num_classes=10, depth=2, embed_dim=4, weight_format="masked",
                                               density=1.0, width=64, head_norm=True)),
+    "swmlp_csr": ("swmlp_t4_28", dict(num_classes=10, depth=2, embed_dim=4)),  # each member its own nnz
+    "swmlp_csr_mlp": ("swmlp_t4_28", dict(num_classes=10, depth=1, embed_dim=4, width=96, block="mlp",
+                                          mlp_ratio=2.0, head_norm=True)),  # a CSR input layer, hidden 2m
 }
 
 
@@ -66,7 +69,21 @@ def test_rp_members_keep_their_own_permutations():
         assert torch.equal(idx[k], model.blocks[0].token.mixing.in_index)
 
 
-@pytest.mark.parametrize("case", ["smixer", "rp_smixer", "swmlp_dense_input"])
+def test_csr_members_keep_their_own_masks():
+    """Each member's CSR weight is its own draw, with its own number of kept weights: one block-diagonal CSR
+    product, the stacked tensors zero-padded to the largest count."""
+    models = members("swmlp_csr")
+    stack = stack_models(models)
+    layer, sizes = stack.blocks[0].linears[0], [m.blocks[0].linears[0].nnz for m in models]
+    assert layer.sizes == tuple(sizes) and len(set(sizes)) > 1
+    assert layer.values.shape == (3, max(sizes))
+    for k, model in enumerate(models):
+        assert torch.equal(layer.values[k, sizes[k]:], torch.zeros(max(sizes) - sizes[k]))
+        assert torch.equal(layer.indices[k, :, :sizes[k]], model.blocks[0].linears[0].indices)
+    assert stack.padded()["blocks.0.linears.0.values"] == tuple(sizes)
+
+
+@pytest.mark.parametrize("case", ["smixer", "rp_smixer", "swmlp_dense_input", "swmlp_csr", "swmlp_csr_mlp"])
 def test_gradients_equal_members(case):
     models = members(case, dtype=torch.float64)
     stack = stack_models(models)
@@ -77,10 +94,14 @@ def test_gradients_equal_members(case):
     for k, model in enumerate(models):
         F.cross_entropy(model(x[k]), y[k]).backward()
         for name, p in model.named_parameters():
-            torch.testing.assert_close(grads[name].grad[k], p.grad, atol=1e-12, rtol=1e-10, msg=name)
+            grad = grads[name].grad[k]
+            if name.endswith(".values"):  # a CSR layer's: its own kept weights, then padding that takes none
+                grad, padding = grad[:p.numel()], grad[p.numel():]
+                assert torch.equal(padding, torch.zeros_like(padding)), name
+            torch.testing.assert_close(grad, p.grad, atol=1e-12, rtol=1e-10, msg=name)
 
 
-@pytest.mark.parametrize("case", ["rp_smixer", "swmlp_masked"])
+@pytest.mark.parametrize("case", ["rp_smixer", "swmlp_masked", "swmlp_csr"])
 def test_unstacked_state_dicts_load_alone(case):
     models = members(case)
     stack = stack_models(models)
@@ -98,7 +119,7 @@ def test_unstacked_state_dicts_load_alone(case):
 
 
 def test_weight_decay_follows_members():
-    for case in ("smixer", "swmlp_dense_input"):
+    for case in ("smixer", "swmlp_dense_input", "swmlp_csr"):
         models = members(case, k=2)
         assert decayed_parameters(stack_models(models)) == decayed_parameters(models[0])
 
@@ -118,7 +139,7 @@ def _assert_same_run(stack, models, seeds, data, optim, **kw):
         torch.testing.assert_close(stacked[k].train_loss, solo.train_loss, atol=1e-10, rtol=1e-8, equal_nan=True)
         assert stacked[k].test_error == solo.test_error
         for name, t in model.state_dict().items():
-            torch.testing.assert_close(stack.state_dict()[name][k], t, atol=1e-10, rtol=1e-8, msg=name)
+            torch.testing.assert_close(stack.member_state_dict(k)[name], t, atol=1e-10, rtol=1e-8, msg=name)
     return stacked
 
 
@@ -140,6 +161,8 @@ def _each(base: OptimConfig, lrs, wds, **extra) -> list[OptimConfig]:
     ("smixer", _each(OptimConfig(name="sgd", lr=0.1, momentum=0.9, nesterov=False), [0.02, 0.1, 0.3], [0.0] * 3)),
     ("rp_smixer", _each(ADAMW, [1e-3, 3e-3, 1e-2], [0.05] * 3, clip_grad=0.5)),
     ("swmlp_masked", _each(SGD, [0.01, 0.05, 0.2], [1e-3] * 3, clip_grad=0.2)),
+    ("swmlp_csr", _each(ADAMW, [1e-3, 3e-3, 1e-2], [0.0, 0.05, 0.3], clip_grad=0.5)),
+    ("swmlp_csr_mlp", _each(SGD, [0.01, 0.05, 0.2], [1e-3, 0.0, 1e-2])),
 ])
 def test_stacked_training_equals_sequential(case, optim):
     models = members(case, dtype=torch.float64)
@@ -148,13 +171,16 @@ def test_stacked_training_equals_sequential(case, optim):
     assert all(len(r.train_loss) == 2 and r.stopped_step is None for r in results)
 
 
-@pytest.mark.parametrize("base", [ADAMW, SGD, dataclasses.replace(SGD, momentum=0.0, nesterov=False)])
-def test_member_optimizer_equals_torch_optimizers(base):
+@pytest.mark.parametrize("case, base", [("smixer", ADAMW), ("smixer", SGD),
+                                        ("smixer", dataclasses.replace(SGD, momentum=0.0, nesterov=False)),
+                                        ("swmlp_csr", ADAMW), ("swmlp_csr", SGD)])
+def test_member_optimizer_equals_torch_optimizers(case, base):
     """Five steps of MemberOptimizer with each member's own lr (changed every step, as a schedule would) and
     weight decay equal each member's torch optimiser (fused AdamW, foreach SGD), state included; the state
-    round-trips through the members' own state dicts."""
-    models = members("smixer", dtype=torch.float64)
+    round-trips through the members' own state dicts (zero-padded CSR kept weights included)."""
+    models = members(case, dtype=torch.float64)
     stack = stack_models(models)
+    params, padded = dict(stack.named_parameters()), stack.padded()
     optims = _each(base, [1e-3, 1e-2, 3e-2], [0.0, 0.05, 0.5])
     opt = build_optimizer(stack, optims)
     solos = [build_optimizer(m, o) for m, o in zip(models, optims)]
@@ -163,13 +189,15 @@ def test_member_optimizer_equals_torch_optimizers(base):
     for step in range(5):
         scale = 1.0 / (1 + step)
         opt.set_lr(torch.tensor([o.lr * scale for o in optims], dtype=torch.float64))
-        for p in stack.parameters():
+        for name, p in params.items():
             p.grad = torch.randn(p.shape, generator=g, dtype=p.dtype)
+            for k, size in enumerate(padded.get(name, ())):
+                p.grad[k, size:] = 0  # padding takes no gradient
         for k, (model, solo) in enumerate(zip(models, solos)):
             for group in solo.param_groups:
                 group["lr"] = optims[k].lr * scale
             for name, p in model.named_parameters():
-                p.grad = dict(stack.named_parameters())[name].grad[k].clone()
+                p.grad = params[name].grad[k, ..., :p.shape[-1]].clone()
             solo.step()
         opt.step()
         if step == 2:  # through the members' state dicts and back
@@ -180,8 +208,11 @@ def test_member_optimizer_equals_torch_optimizers(base):
                 _close_states(opt.member_state_dict(k, states[k]["param_groups"]), solo.state_dict())
     for k, model in enumerate(models):
         for name, t in model.state_dict().items():
-            torch.testing.assert_close(stack.state_dict()[name][k], t, atol=1e-12, rtol=1e-10, msg=name)
+            torch.testing.assert_close(stack.member_state_dict(k)[name], t, atol=1e-12, rtol=1e-10, msg=name)
         _close_states(opt.member_state_dict(k, solos[k].state_dict()["param_groups"]), solos[k].state_dict())
+    for name, sizes in padded.items():
+        if name in params:
+            assert all(not params[name][k, size:].any() for k, size in enumerate(sizes)), name
 
 
 def _close_states(a: dict, b: dict) -> None:
@@ -229,7 +260,6 @@ def test_diverging_member_stops_alone():
 
 
 @pytest.mark.parametrize("case, extra, words", [
-    ("swmlp_masked", dict(weight_format="sparse"), "CSR"),
     ("smixer", dict(proj_drop_rate=0.1), "dropout"),
     ("smixer", dict(drop_rate=0.1), "dropout"),
     ("smixer", dict(drop_path_rate=0.1), "stochastic depth"),

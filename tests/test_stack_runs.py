@@ -16,6 +16,7 @@ from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
 from pkmixer import atomic
 from pkmixer.checkpoint import read_checkpoint
 from pkmixer.errors import ConfigError
+from pkmixer.experiments.sweep import RunSpec, run_sweep, stack_groups
 from pkmixer.train import loop, stack_runs
 from pkmixer.train.config import build_config
 from pkmixer.train.engine import TrainingDiverged
@@ -159,6 +160,15 @@ def test_members_of_their_own_lr_and_weight_decay_equal_solo_runs(tmp_path, opti
     assert lrs[0][0] < lrs[1][0] < lrs[2][0]  # each its own schedule
 
 
+def test_csr_swmlp_members_equal_solo_runs(tmp_path):
+    """SW-MLPs with CSR weights, each member its own mask (and number of kept weights) and learning rate."""
+    csr = {**SHARED, "model.name": "swmlp_t4_28", "model.embed_dim": 4, "model.depth": 2}
+    dirs = _equal_solo_runs([cfg(s, **csr, **own) for s, own in zip(SEEDS, OWN["adamw"])], tmp_path)
+    nnz = [read_checkpoint(d / "checkpoints" / "latest.pt")["state_dict"]["blocks.0.linears.0.values"].numel()
+           for d in dirs]
+    assert len(set(nnz)) == 3
+
+
 CLIP = 0.2  # about the median of the members' gradient norms
 
 
@@ -244,7 +254,6 @@ def test_refuses_runs_that_differ_in_more_than_seeds(tmp_path, extra, words):
 @pytest.mark.parametrize("extra, words", [
     ({"data.pipeline": "per-sample"}, "resident data pipeline"),
     ({"run.compile": True}, "run.compile"),
-    ({"model.name": "swmlp_t4_28", "model.embed_dim": 4}, "CSR SparseLinear"),
     ({"model.drop_path_rate": 0.1}, "dropout or stochastic depth"),
 ])
 def test_refuses_what_cannot_stack(tmp_path, extra, words):
@@ -265,13 +274,11 @@ def test_member_losses_equal_each_members_criterion():
 
 
 def test_sweep_stacks_runs_that_differ_in_seeds_and_lr(tmp_path):
-    from pkmixer.experiments.sweep import RunSpec, run_sweep, stack_groups
-
     one = {"schedule.epochs": 1}
     specs = [RunSpec(f"lr{lr}-s{s}", cfg(s, **one, **{"optim.lr": lr}), {"lr": lr, "seed": s})
              for lr in (0.01, 0.02) for s in SEEDS[:2]]
-    csr = {**one, "model.name": "swmlp_t4_28", "model.embed_dim": 4}  # CSR weights: refused by the stack, trained alone
-    specs += [RunSpec(f"csr-s{s}", cfg(s, **csr), {"seed": s}) for s in SEEDS[:2]]
+    drop = {**one, "model.drop_path_rate": 0.1}  # stochastic depth: refused by the stack, trained alone
+    specs += [RunSpec(f"drop-s{s}", cfg(s, **drop), {"seed": s}) for s in SEEDS[:2]]
     assert [[s.name for s in g] for g in stack_groups(specs)] == [[s.name for s in specs[:4]],
                                                                   [s.name for s in specs[4:]]]
     kw = dict(workers=1, threads=1, progress=False, log=lambda _: None)
@@ -287,3 +294,4 @@ def test_sweep_stacks_runs_that_differ_in_seeds_and_lr(tmp_path):
     again = run_sweep(specs, tmp_path / "stacked", stack=True, **kw)  # all done: skipped, the table unchanged
     assert [{k: v for k, v in r.items() if k != "wall_time"} for r in again] == \
         [{k: v for k, v in r.items() if k != "wall_time"} for r in stacked]
+

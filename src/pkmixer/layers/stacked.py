@@ -2,7 +2,8 @@
 
 Each holds the K members' tensors of one layer stacked on a new first axis, under the layer's own names, and
 maps activations (K, ...) -> (K, ...), member k's slice through member k's tensors only: batched products
-(``bmm``/``baddbmm``), per-member gathers. Built from K layers of the same shape by ``from_members``.
+(``bmm``/``baddbmm``), per-member gathers, one block-diagonal CSR product for CSR weights. Built from K layers of
+the same shape by ``from_members``.
 """
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import ConfigError
 from .pk import PKMixing
+from .sparse import CSR_DTYPES, CsrLinearFunction, CsrPattern, SparseLinear
 
 
 def stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -69,6 +72,87 @@ class StackedMaskedLinear(StackedLinear):
         w = (self.weight * self.mask).transpose(1, 2)
         y = torch.bmm(rows, w) if self.bias is None else torch.baddbmm(self.bias.unsqueeze(1), rows, w)
         return y.view(K, *lead, -1)
+
+
+class StackedSparseLinear(nn.Module):
+    """K :class:`~pkmixer.layers.sparse.SparseLinear` (CSR SW-MLP weights, Sec. 3.4, App. A.2.5) as one
+    block-diagonal CSR weight of size (K·out)×(K·in), applied to the members' activations side by side, (N, K·in):
+    block k is member k's own mask and kept weights, so member k's outputs are its own product, exactly, and the
+    weight gradient is sampled at the kept coordinates only (:class:`~pkmixer.layers.sparse.CsrLinearFunction`).
+
+    Members keep different numbers of weights (each mask its own draw, issue 15 item 2), so ``values`` is (K, n)
+    and ``indices`` (K, 2, n) for the largest count n: member k's first ``sizes[k]`` entries are its own, the rest
+    zero padding that no product reads. Its gradient is zero, so optimiser steps (decay included), clipping and a
+    Polyak average keep it zero; :meth:`~pkmixer.train.stack.StackedModel.member_state_dict` and the
+    :class:`~pkmixer.train.stack.MemberOptimizer` cut it off (:attr:`padded`)."""
+
+    decayed_parameters = ("values",)  # as SparseLinear
+
+    def __init__(self, values: torch.Tensor, indices: torch.Tensor, sizes: tuple[int, ...], bias: torch.Tensor | None,
+                 in_features: int, out_features: int, density: float) -> None:
+        super().__init__()
+        self.in_features, self.out_features, self.density, self.sizes = in_features, out_features, density, sizes
+        self.register_buffer("indices", indices)
+        self.values = nn.Parameter(values)
+        self.bias = None if bias is None else nn.Parameter(bias)
+
+    @classmethod
+    def from_members(cls, layers: list[SparseLinear]) -> StackedSparseLinear:
+        first = layers[0]
+        if first.values.dtype not in CSR_DTYPES:
+            raise ConfigError(f"stacked CSR weights need float32 or float64 values, not {first.values.dtype}")
+        sizes = tuple(m.nnz for m in layers)
+        values = first.values.new_zeros(len(layers), max(sizes))
+        indices = first.indices.new_zeros(len(layers), 2, max(sizes))
+        for k, m in enumerate(layers):
+            values[k, :sizes[k]] = m.values.detach()
+            indices[k, :, :sizes[k]] = m.indices
+        return cls(values, indices, sizes, None if first.bias is None else stacked([m.bias for m in layers]),
+                   first.in_features, first.out_features, first.density)
+
+    @property
+    def padded(self) -> dict[str, tuple[int, ...]]:
+        """The tensors whose last axis is padded, by name, with each member's own length."""
+        return {"values": self.sizes, "indices": self.sizes}
+
+    def block_pattern(self) -> tuple[CsrPattern, torch.Tensor]:
+        """The block-diagonal CSR pattern, and where its values lie in ``values.flatten()``: member k's rows and
+        columns offset by k·out and k·in, in row-major order as each member's; cached until ``indices`` is
+        replaced, moved or loaded."""
+        key = (self.indices.data_ptr(), self.indices.device, self.indices._version)
+        cached = self.__dict__.get("_block_cache")
+        if cached is None or cached[0] != key:
+            K, n = self.values.shape
+            rows, cols, take = [], [], []
+            for k, size in enumerate(self.sizes):
+                rows.append(self.indices[k, 0, :size] + k * self.out_features)
+                cols.append(self.indices[k, 1, :size] + k * self.in_features)
+                take.append(torch.arange(k * n, k * n + size, device=self.indices.device))
+            pattern = CsrPattern.from_coordinates(torch.cat(rows), torch.cat(cols),
+                                                  (K * self.out_features, K * self.in_features))
+            cached = self.__dict__["_block_cache"] = (key, (pattern, torch.cat(take)))
+        return cached[1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (K, ..., in) -> (K, ..., out)
+        K, lead = x.shape[0], x.shape[1:-1]
+        side_by_side = x.reshape(K, -1, self.in_features).transpose(0, 1).reshape(-1, K * self.in_features)
+        pattern, take = self.block_pattern()
+        y = CsrLinearFunction.apply(side_by_side.to(self.values.dtype), self.values.flatten().index_select(0, take),
+                                    pattern)  # (N, K·out)
+        y = y.view(-1, K, self.out_features).transpose(0, 1)  # (K, N, out)
+        if self.bias is not None:
+            y = y + self.bias.unsqueeze(1)
+        return y.reshape(K, *lead, self.out_features)
+
+    def __getstate__(self) -> dict:
+        """Copies leave the derived pattern behind."""
+        state = self.__dict__.copy()
+        state.pop("_block_cache", None)
+        return state
+
+    def extra_repr(self) -> str:
+        return (f"members={len(self.sizes)}, in={self.in_features}, out={self.out_features}, p={self.density:g}, "
+                f"nnz={self.sizes}")
 
 
 class StackedLayerNorm(nn.Module):

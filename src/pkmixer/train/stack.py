@@ -14,11 +14,12 @@ equals. benchmarks/stack.py (section s) times it against K sequential runs.
 
 Carried: the :class:`~pkmixer.models.mixer.Mixer` in MLP-Mixer and S-Mixer form, normal or RP (per-member
 J₁, J₂), with ``num_tokens`` skips, pyramids and ``token_tiles``; the :class:`~pkmixer.models.swmlp.SWMLP`
-with dense-masked weights (``weight_format="masked"``, p = 1 included); members whose optimiser settings differ
-in ``lr`` and ``weight_decay``; gradient clipping. Refused with a :class:`~pkmixer.errors.ConfigError`: CSR
-``SparseLinear`` weights (use the masked form), the supp. A.1 untied or grouped token mixing, dropout or
-stochastic depth above 0 (their randomness is not per member), members of different shapes, devices or dtypes,
-members whose optimiser settings differ in anything else, and - in :func:`train_stacked` only - EMA.
+with dense-masked weights (``weight_format="masked"``, p = 1 included) or CSR weights (one block-diagonal CSR
+product, :class:`~pkmixer.layers.stacked.StackedSparseLinear`); members whose optimiser settings differ in ``lr``
+and ``weight_decay``; gradient clipping. Refused with a :class:`~pkmixer.errors.ConfigError`: the supp. A.1 untied
+or grouped token mixing, dropout or stochastic depth above 0 (their randomness is not per member), members of
+different shapes, devices or dtypes, members whose optimiser settings differ in anything else, and - in
+:func:`train_stacked` only - EMA.
 
 Guaranteed and tested (tests/test_stack.py): the stacked forward and gradients equal each member's, and a
 stacked run of :func:`train_stacked` equals :func:`train_one` on each member, to floating-point tolerance
@@ -52,7 +53,7 @@ from ..layers.mlp import FcAct, Mlp
 from ..layers.pk import PKMixing
 from ..layers.sparse import MaskedLinear, SparseLinear
 from ..layers.stacked import (StackedLayerNorm, StackedLinear, StackedMaskedLinear, StackedPatchConv,
-                              StackedPKMixing, StackedTokenSkip)
+                              StackedPKMixing, StackedSparseLinear, StackedTokenSkip)
 from ..models.mixer import Mixer, MixerBlock, MixingSublayer, TokenProjectionSkip
 from ..models.swmlp import SWMLP, SparseBlock
 from .config import OptimConfig
@@ -64,9 +65,18 @@ STATELESS = (nn.GELU, nn.ReLU, nn.Identity, nn.Dropout)
 
 def _describe(module: nn.Module) -> str:
     """What must agree between members for one module (a mask's kept count may differ)."""
-    if isinstance(module, MaskedLinear):
+    if isinstance(module, (MaskedLinear, SparseLinear)):
         return f"in={module.in_features}, out={module.out_features}, p={module.density}"
     return module.extra_repr()
+
+
+def _tensors(model: nn.Module) -> list[tuple]:
+    """What must agree between members for each tensor: name, shape, dtype, device - the length of a CSR layer's
+    kept weights and their coordinates excepted (each member's mask is its own draw)."""
+    ragged = {f"{path}.{name}" for path, m in model.named_modules() if isinstance(m, SparseLinear)
+              for name in ("values", "indices")}
+    return [(name, t.shape[:-1] if name in ragged else t.shape, t.dtype, t.device)
+            for name, t in [*model.named_parameters(), *model.named_buffers()]]
 
 
 def _check_members(models: Sequence[nn.Module]) -> None:
@@ -76,14 +86,11 @@ def _check_members(models: Sequence[nn.Module]) -> None:
     if not isinstance(first, (Mixer, SWMLP)):
         raise ConfigError(f"stack_models carries Mixer and SWMLP models, not {type(first).__name__}")
     for path, module in first.named_modules():
-        if isinstance(module, SparseLinear):
-            raise ConfigError(f"{path} holds CSR SparseLinear weights, which cannot be stacked: build the SW-MLP "
-                              "with weight_format='masked'")
         if isinstance(module, DropPath) or (isinstance(module, nn.Dropout) and module.p > 0):
             raise ConfigError(f"{path} has dropout or stochastic depth, whose randomness stacking does not keep per "
                               "member: use rate 0")
     modules = [(name, type(m), _describe(m)) for name, m in first.named_modules()]
-    tensors = [(name, t.shape, t.dtype, t.device) for name, t in [*first.named_parameters(), *first.named_buffers()]]
+    tensors = _tensors(first)
     for k, model in enumerate(models[1:], 1):
         if type(model) is not type(first):
             raise ConfigError(f"member {k} is a {type(model).__name__}, member 0 a {type(first).__name__}")
@@ -91,8 +98,7 @@ def _check_members(models: Sequence[nn.Module]) -> None:
             if a != b:
                 raise ConfigError(f"member {k} differs from member 0 at {a[0] or 'the top'}: {b[1].__name__}({b[2]}) "
                                   f"against {a[1].__name__}({a[2]})")
-        other = [(n, t.shape, t.dtype, t.device) for n, t in [*model.named_parameters(), *model.named_buffers()]]
-        for a, b in zip_longest(tensors, other):
+        for a, b in zip_longest(tensors, _tensors(model)):
             if a != b:
                 raise ConfigError(f"member {k} differs from member 0 in a tensor's name, shape, dtype or device: "
                                   f"{b} against {a}")
@@ -106,6 +112,8 @@ def _stack(modules: list[nn.Module], path: str) -> nn.Module:
         return StackedLinear.from_members(modules)
     if type(first) is MaskedLinear:
         return StackedMaskedLinear.from_members(modules)
+    if type(first) is SparseLinear:
+        return StackedSparseLinear.from_members(modules)
     if type(first) is nn.LayerNorm:
         return StackedLayerNorm.from_members(modules)
     if type(first) is nn.Conv2d:
@@ -173,9 +181,17 @@ class StackedModel(nn.Module):
             x = blk(x)
         return self.head(self.norm(x).mean(dim=2))
 
+    def padded(self) -> dict[str, tuple[int, ...]]:
+        """The tensors whose last axis is padded (a CSR layer's kept weights and coordinates:
+        :class:`~pkmixer.layers.stacked.StackedSparseLinear`), by name, with each member's own length."""
+        return {f"{path}.{name}": sizes for path, m in self.named_modules() if isinstance(m, StackedSparseLinear)
+                for name, sizes in m.padded.items()}
+
     def member_state_dict(self, k: int) -> dict[str, torch.Tensor]:
         """Member k's ``state_dict``: what a model of its architecture loads alone (copies, not views)."""
-        return {name: t[k].clone() for name, t in self.state_dict().items()}
+        padded = self.padded()
+        return {name: (t[k, ..., :padded[name][k]] if name in padded else t[k]).clone()
+                for name, t in self.state_dict().items()}
 
     def unstack(self) -> list[dict[str, torch.Tensor]]:
         """Every member's ``state_dict``, in order."""
@@ -258,6 +274,10 @@ class MemberOptimizer(torch.optim.Optimizer):
                   {"params": [p for n, p in named if n not in decay_names], "weight_decay": None}]
         super().__init__(groups, dict(lr=per_member([c.lr for c in optims]), name=o.name, betas=o.betas,
                                       eps=ADAMW_EPS, momentum=o.momentum, nesterov=o.nesterov and o.momentum > 0))
+        # state index -> each member's length, for tensors padded along their last axis (CSR kept weights)
+        padded, names = model.padded(), {p: n for n, p in named}
+        self.padded = {i: padded[names[p]] for i, p in enumerate(p for g in self.param_groups for p in g["params"])
+                       if names[p] in padded}
 
     def set_lr(self, lr: torch.Tensor) -> None:
         """Each member's learning rate for the next step, (K,) on the parameters' device."""
@@ -313,8 +333,9 @@ class MemberOptimizer(torch.optim.Optimizer):
 
     def load_members(self, states: Sequence[dict[str, Any]]) -> None:
         """The members' own optimisers' ``state_dict``s (torch's optimiser of their setting over their model,
-        one parameter order: :func:`build_optimizer`'s), as this one's state: tensors stacked, the step count
-        - which must agree - kept once, on the host. This optimiser's settings stay its own."""
+        one parameter order: :func:`build_optimizer`'s), as this one's state: tensors stacked (zero-padded where
+        the parameter is), the step count - which must agree - kept once, on the host. This optimiser's settings
+        stay its own."""
         ids = states[0]["state"].keys()
         if any(s["state"].keys() != ids for s in states):
             raise ConfigError("stacked members' optimiser states hold different parameters")
@@ -328,6 +349,8 @@ class MemberOptimizer(torch.optim.Optimizer):
                     if len(counts) > 1:
                         raise ConfigError(f"stacked members are at different optimiser steps {sorted(counts)}")
                     entry[key] = torch.tensor(counts.pop())
+                elif idx in self.padded:
+                    entry[key] = torch.stack([F.pad(v, (0, max(self.padded[idx]) - v.shape[-1])) for v in values])
                 else:
                     entry[key] = torch.stack(values)
         self.load_state_dict({"state": stacked, "param_groups": self.state_dict()["param_groups"]})
@@ -335,7 +358,12 @@ class MemberOptimizer(torch.optim.Optimizer):
     def member_state_dict(self, k: int, param_groups: list[dict[str, Any]]) -> dict[str, Any]:
         """Member k's slice of the state (copies) with ``param_groups`` - its own optimiser's settings and
         schedule - as the ``state_dict`` its own optimiser loads."""
-        return {"state": {idx: {key: v.clone() if key == "step" else v[k].clone() for key, v in entry.items()}
+        def own(idx: int, key: str, v: torch.Tensor) -> torch.Tensor:
+            if key == "step":
+                return v.clone()
+            return (v[k, ..., :self.padded[idx][k]] if idx in self.padded else v[k]).clone()
+
+        return {"state": {idx: {key: own(idx, key, v) for key, v in entry.items()}
                           for idx, entry in self.state_dict()["state"].items()},
                 "param_groups": [dict(g) for g in param_groups]}
 
