@@ -1,6 +1,7 @@
 """The CUDA paths: skipped on a machine without a GPU (CI's), run on one with
 ``python -m pytest tests/test_cuda.py`` (docs/performance.md, section h, says where they last ran)."""
 import copy
+import json
 
 import pytest
 import torch
@@ -53,3 +54,19 @@ def test_train_and_resume_on_cuda(tmp_path):
     assert summary["status"] == "finished" and summary["epochs_done"] == 2
     assert summary["precision"] == "fp32" and summary["pipeline"] == "resident"  # the presets: amp off, no TF32
     assert 0 <= summary["final_test_error"] < 0.9
+
+
+@pytest.mark.parametrize("name", ["smixer-o512-c8-s8-s0", "rpsmixer-o512-c8-s8-s0"])
+def test_cuda_graph_training_equals_eager(tmp_path, name):
+    """run.compile_mode=reduce-overhead (CUDA graphs replayed every step, GraphSteps) trains the same run as eager
+    execution, to float rounding: every epoch's training loss and test error."""
+    rows = {}
+    for mode in ("eager", "reduce-overhead"):
+        extra = {} if mode == "eager" else {"run.compile": True, "run.compile_mode": mode}
+        cfg = SMOKE[name].config.override({"run.device": "cuda", "schedule.epochs": 2, "run.progress": False,
+                                           **extra})
+        loop.train(cfg, tmp_path / mode, log=lambda _: None)
+        rows[mode] = [json.loads(line) for line in (tmp_path / mode / "metrics.jsonl").read_text().splitlines()]
+    for eager, graphs in zip(rows["eager"], rows["reduce-overhead"], strict=True):
+        assert graphs["train_loss"] == pytest.approx(eager["train_loss"], rel=1e-4)
+        assert graphs["test_error"] == pytest.approx(eager["test_error"], abs=2 / eager["test_examples"])

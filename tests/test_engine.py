@@ -12,6 +12,8 @@ from pkmixer.train import loop
 from pkmixer.checkpoint import read_checkpoint
 from pkmixer.models.restore import load_model
 from pkmixer.train.config import build_config
+from pkmixer.train.engine import build_model
+from pkmixer.experiments import get_preset
 
 from conftest import rel_err
 
@@ -171,3 +173,26 @@ def test_a_head_with_fewer_classes_than_the_labels_is_refused_before_anything_is
     with pytest.raises(ConfigError, match="5 classes, fewer than the 10"):
         loop.train(cfg, tmp_path / "run", log=quiet)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow  # inductor compiles the model's C++ kernels: about a minute
+def test_compiled_training_equals_eager(tmp_path):
+    """run.compile with a CUDA-graph mode (GraphSteps marks every call a step; on the CPU the graphs are skipped)
+    trains the same run as eager execution to float rounding."""
+    losses = {}
+    for mode in (None, "reduce-overhead"):
+        extra = {} if mode is None else {"run.compile": True, "run.compile_mode": mode}
+        cfg = build_config(None, {**DIGITS, "model.name": "smixer_t4_28", "schedule.epochs": 1, **extra})
+        loop.train(cfg, tmp_path / str(mode), log=quiet)
+        losses[mode] = json.loads((tmp_path / str(mode) / "metrics.jsonl").read_text().splitlines()[0])
+    assert losses["reduce-overhead"]["train_loss"] == pytest.approx(losses[None]["train_loss"], rel=1e-4)
+    assert losses["reduce-overhead"]["test_error"] == pytest.approx(losses[None]["test_error"], abs=2 / 128)
+
+
+@pytest.mark.parametrize("spec", get_preset("fig5").runs("smoke", None), ids=lambda s: s.name)
+def test_fig5_models_compile_to_one_graph(spec):
+    """torch.compile traces each of Fig. 5's model families (the RP S-Mixer's gathers included) as one graph
+    with no breaks: a break splits every mixing layer's CUDA graph and recompiles per layer."""
+    model = build_model(spec.config, num_classes=10)
+    explained = torch._dynamo.explain(model)(torch.randn(4, model.in_chans, model.img_size, model.img_size))
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons

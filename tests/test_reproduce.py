@@ -220,3 +220,20 @@ def test_epochs_replaces_the_scales_epochs_and_doubles_the_doubling_runs(tmp_pat
     capsys.readouterr()
     code, _, err = run_main(capsys, *SMOKE, "--epochs", "3", "--out", str(out))
     assert code == 2 and "--epochs 2" in err
+
+
+def test_compile_trains_every_run_compiled_and_the_directory_remembers_it(tmp_path, capsys):
+    """--compile MODE sets run.compile and run.compile_mode on every run and nothing else; a directory made
+    without it is refused to it (its runs are other configs), naming the command that made it."""
+    from pkmixer.experiments.reproduce import compiled_runs
+
+    specs = get_preset("fig5").runs("smoke", None)
+    graphs = compiled_runs(specs, "reduce-overhead")
+    assert all(g.config.run.compile and g.config.run.compile_mode == "reduce-overhead" for g in graphs)
+    assert [g.config.override({"run.compile": False, "run.compile_mode": "default"}) for g in graphs] == \
+        [s.config for s in specs]
+    out = tmp_path / "eager"
+    assert main([*SMOKE, "--out", str(out), "--json"]) == 0
+    capsys.readouterr()
+    code, _, err = run_main(capsys, *SMOKE, "--compile", "reduce-overhead", "--out", str(out))
+    assert code == 2 and "holds the sweep of" in err and "--compile" not in err.split("holds the sweep of")[1]

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError, check_output_path
+from ..train.config import COMPILE_MODES
 from .common import MAX_THREADS, print_table
 
 
@@ -53,7 +54,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     result = reproduce(args.name, scale=args.scale, dataset=args.dataset, data_dir=args.data_dir,
                        backend=args.backend, address=args.address, workers=args.workers, threads=args.threads,
                        out=args.out, seeds=args.seeds, epochs=args.epochs, overwrite=args.overwrite, log=log,
-                       stack=args.stack)
+                       stack=args.stack, compile_mode=args.compile)
     return _print_report(result, args.json)
 
 
@@ -113,6 +114,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace a report made from other results")
     p.add_argument("--stack", action="store_true", help="train the runs that differ only in their seeds as one "
                    "stacked model each (pays on a GPU; each run's row records its stack)")
+    p.add_argument("--compile", choices=COMPILE_MODES, help="train each run under torch.compile in this mode "
+                   "(reduce-overhead: CUDA graphs, which pay for the small launch-bound models on a GPU)")
     p.add_argument("--json", action="store_true", help="machine-readable output (progress goes to stderr)")
     p.set_defaults(func=cmd_reproduce)
 

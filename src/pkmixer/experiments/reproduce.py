@@ -68,11 +68,20 @@ def with_epochs(specs: list[RunSpec], epochs: int, name: str) -> list[RunSpec]:
         {"schedule.epochs": 2 * epochs if "doubles" in s.meta else epochs})) for s in specs]
 
 
-def command_line(name: str, scale: str, dataset: str | None, seeds: int | None, epochs: int | None = None) -> str:
+def compiled_runs(specs: list[RunSpec], mode: str) -> list[RunSpec]:
+    """``specs`` trained under ``torch.compile`` in ``mode`` (``run.compile``, ``run.compile_mode``): the same
+    runs to float rounding; reduce-overhead's CUDA graphs pay for the small launch-bound models on a GPU."""
+    return [dataclasses.replace(s, config=s.config.override({"run.compile": True, "run.compile_mode": mode}))
+            for s in specs]
+
+
+def command_line(name: str, scale: str, dataset: str | None, seeds: int | None, epochs: int | None = None,
+                 compile_mode: str | None = None) -> str:
     parts = ["pkmixer", "reproduce", name, "--scale", scale]
     parts += ["--dataset", dataset] if dataset else []
     parts += ["--seeds", str(seeds)] if seeds is not None else []
     parts += ["--epochs", str(epochs)] if epochs is not None else []
+    parts += ["--compile", compile_mode] if compile_mode is not None else []
     return shlex.join(parts)
 
 
@@ -80,12 +89,14 @@ def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, da
               backend: str = "local", address: str | None = None, workers: int | None = None,
               threads: int | None = None, out: str | Path | None = None, seeds: int | None = None,
               epochs: int | None = None, overwrite: bool = False, progress: bool = True,
-              log: Callable[[str], None] = print, stack: bool = False) -> dict[str, Any]:
+              log: Callable[[str], None] = print, stack: bool = False,
+              compile_mode: str | None = None) -> dict[str, Any]:
     """Run (or resume) preset ``name``'s sweep and render its report; returns the report's paths, the verdict,
     the numbers and the run counts. Runs that failed leave the report unrendered ("failed" lists them).
     ``epochs`` replaces the scale's epochs (:func:`with_epochs`): the medium scale's convergence check at a longer
     budget, on a GPU say. ``stack`` trains the runs that differ only in their seeds as stacked jobs
-    (:func:`~pkmixer.experiments.sweep.run_sweep`)."""
+    (:func:`~pkmixer.experiments.sweep.run_sweep`). ``compile_mode`` trains every run compiled in that mode
+    (:func:`compiled_runs`)."""
     if backend not in BACKENDS:
         raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     preset = get_preset(name).with_seeds(seeds)
@@ -95,14 +106,16 @@ def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, da
         raise ConfigError(f"preset {name} does not vary its seeds; drop --seeds")
     if epochs is not None and specs:
         specs = with_epochs(specs, epochs, name)
+    if compile_mode is not None:
+        specs = compiled_runs(specs, compile_mode)
     if data_dir is not None:
         specs = [dataclasses.replace(s, config=s.config.override({"data.data_dir": str(data_dir)})) for s in specs]
     sweep_dir = Path(out) if out is not None else default_out(name, scale, dataset, epochs)
     info = {"preset": name, "scale": scale, "dataset": dataset, "seeds": seeds, "epochs": epochs,
-            "command": command_line(name, scale, dataset, seeds, epochs)}
+            "compile": compile_mode, "command": command_line(name, scale, dataset, seeds, epochs, compile_mode)}
     if (sweep_dir / "sweep.json").is_file():
         theirs = read_sweep(sweep_dir)["info"]
-        mine = {k: info[k] for k in ("preset", "scale", "dataset", "epochs")}
+        mine = {k: info[k] for k in ("preset", "scale", "dataset", "epochs", "compile")}
         if {k: theirs.get(k) for k in mine} != mine:
             raise ConfigError(f"{sweep_dir} holds the sweep of `{theirs.get('command', 'another command')}`; "
                               "choose another --out")

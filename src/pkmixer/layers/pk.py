@@ -140,8 +140,11 @@ class PKMixing(nn.Module):
 
     def gather_pairs(self) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
         """:func:`gather_pair` of J₁ and J₂: derived from the buffers and cached (not state), rebuilt whenever a
-        buffer is replaced, moved or loaded."""
+        buffer is replaced, moved or loaded. Under torch.compile they are derived in the graph instead: the cache key
+        reads storage pointers, which some torch versions cannot trace (a graph break at every mixing layer)."""
         bufs = (self.in_index, self.out_index)
+        if torch.compiler.is_compiling():
+            return gather_pair(bufs[0]), gather_pair(bufs[1])
         key = tuple((b.data_ptr(), b.device, b._version, b.numel()) for b in bufs)
         cached = self.__dict__.get("_gather_cache")
         if cached is None or cached[0] != key:

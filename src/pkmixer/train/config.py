@@ -14,7 +14,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 
@@ -77,6 +77,10 @@ class ScheduleConfig:
     min_lr: float = 0.0  # end of the cosine annealing (App. C.5: 1e-5)
 
 
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+COMPILE_MODES = get_args(CompileMode)
+
+
 @dataclass(frozen=True)
 class RunConfig:
     seed: int = 0
@@ -85,6 +89,7 @@ class RunConfig:
     amp: Literal["off", "bf16", "auto"] = "off"  # off: fp32 as the paper (App. C.3); auto: bf16 on GPU only
     tf32: bool = False  # TF32 matrix products on CUDA (faster, about 10 bits of mantissa)
     compile: bool = False  # torch.compile the model
+    compile_mode: CompileMode = "default"  # torch.compile's mode; reduce-overhead replays CUDA graphs
     progress: bool = True  # progress bar on a terminal
     tensorboard: bool = False  # also write TensorBoard scalars (needs the tensorboard package)
     save_every: int = 1  # write the latest checkpoint every this many epochs
