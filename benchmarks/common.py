@@ -49,6 +49,7 @@ class Settings:
     warmup: int
     repeats: int
     compile: bool  # also time torch.compile'd models where a section asks for it
+    sweep_cases: tuple[str, ...] = ("eager", "graphs")  # section w's cases
 
     @property
     def torch_device(self) -> torch.device:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from pkmixer.analysis.cost import measured_macs
 from pkmixer.experiments import get_preset
-from pkmixer.train.engine import build_model
+from pkmixer.train.engine import build_model, compiled
 
 from .common import Settings
 
@@ -85,13 +85,15 @@ def _shapes(settings: Settings) -> list[dict]:
     return shapes
 
 
-def _throughput(spec, precision: str, settings: Settings) -> dict:
-    """Training and evaluation images/s of ``spec``'s model in ``precision``, and its forward MACs per image."""
+def _throughput(spec, precision: str, settings: Settings, compile_mode: str | None = None) -> dict:
+    """Training and evaluation images/s of ``spec``'s model in ``precision``, and its forward MACs per image;
+    with ``compile_mode``, of the model as ``run.compile`` builds it (:func:`pkmixer.train.engine.compiled`)."""
     device = settings.torch_device
     _set_precision(precision)
     torch.manual_seed(0)
     model = build_model(spec.config, num_classes=10).to(device)
-    macs = measured_macs(model, batch_size=2) // 2
+    macs = measured_macs(model, batch_size=2)
+    net = model if compile_mode is None else compiled(model, compile_mode)
     batch = spec.config.data.batch_size if device.type == "cuda" else 8
     x = torch.randn(batch, 3, 32, 32, device=device)
     y = torch.randint(0, 10, (batch,), device=device)
@@ -101,7 +103,7 @@ def _throughput(spec, precision: str, settings: Settings) -> dict:
     def train() -> None:
         for _ in range(steps):
             with _autocast(precision, device):
-                loss = F.cross_entropy(model(x), y)
+                loss = F.cross_entropy(net(x), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -109,7 +111,7 @@ def _throughput(spec, precision: str, settings: Settings) -> dict:
     def evaluate() -> None:
         with torch.no_grad(), _autocast(precision, device):
             for _ in range(steps):
-                model(x)
+                net(x)
 
     model.train()
     train_s = _timed(train, settings) / (steps * batch)
@@ -118,24 +120,45 @@ def _throughput(spec, precision: str, settings: Settings) -> dict:
     return {"train_images_per_s": 1 / train_s, "eval_images_per_s": 1 / eval_s, "macs_per_image": macs}
 
 
+def _compiled_cases(groups: list[dict]) -> list[tuple[dict, str]]:
+    """The Ω = 2^27 models in torch.compile's default mode, and the first Ω = 2^18 S-Mixer and RP S-Mixer with
+    CUDA graphs (reduce-overhead)."""
+    cases = [(g, "default") for g in groups if g["spec"].meta["omega"] == 2**27]
+    for family in ("S-Mixer", "RP S-Mixer"):
+        cases += [next((g, "reduce-overhead") for g in groups
+                       if g["spec"].meta["omega"] == 2**18 and g["spec"].meta["model"] == family)]
+    return cases
+
+
+def _row(group: dict, precision: str, peaks: dict, settings: Settings, compile_mode: str | None) -> dict:
+    spec, meta = group["spec"], group["spec"].meta
+    t = _throughput(spec, precision, settings, compile_mode)
+    tflops = 6 * t["macs_per_image"] * t["train_images_per_s"] / 1e12
+    hours = group["epochs"] * (TRAIN_IMAGES / t["train_images_per_s"] + TEST_IMAGES / t["eval_images_per_s"]) / 3600
+    return {"model": meta["model"], "omega": meta["omega"], "name": spec.config.model.name,
+            "options": {k: v for k, v in spec.config.model.options.items() if k != "num_classes"},
+            "runs": group["runs"], "precision": precision, "compile_mode": compile_mode, **t, "train_tflops": tflops,
+            "fraction_of_matmul": tflops / peaks[precision], "projected_gpu_hours": hours}
+
+
 def section_h(settings: Settings) -> dict:
-    """Per-model step throughput per precision, its fraction of matmul throughput, and the sweep's projection."""
+    """Per-model step throughput per precision, its fraction of matmul throughput, and the sweep's projection;
+    with compilation allowed (no ``--no-compile``) on a GPU, also compiled: the Ω = 2^27 models in torch.compile's
+    default mode (fusion of the memory-bound operations) and the first Ω = 2^18 model of each family with CUDA
+    graphs (reduce-overhead), in fp32 and TF32."""
     n = 8192 if settings.device == "cuda" else 256
     precisions = PRECISIONS if settings.device == "cuda" else ("fp32",)
     peaks = {p: matmul_tflops(p, settings, n) for p in precisions}
     rows, totals = [], defaultdict(float)
-    for group in _shapes(settings):
-        spec, meta = group["spec"], group["spec"].meta
+    groups = _shapes(settings)
+    for group in groups:
         for precision in precisions:
-            t = _throughput(spec, precision, settings)
-            tflops = 6 * t["macs_per_image"] * t["train_images_per_s"] / 1e12
-            hours = group["epochs"] * (TRAIN_IMAGES / t["train_images_per_s"]
-                                       + TEST_IMAGES / t["eval_images_per_s"]) / 3600
-            rows.append({"model": meta["model"], "omega": meta["omega"], "name": spec.config.model.name,
-                         "options": {k: v for k, v in spec.config.model.options.items() if k != "num_classes"},
-                         "runs": group["runs"], "precision": precision, **t, "train_tflops": tflops,
-                         "fraction_of_matmul": tflops / peaks[precision], "projected_gpu_hours": hours})
-            totals[(precision, meta["omega"])] += hours
+            rows.append(_row(group, precision, peaks, settings, None))
+            totals[(precision, group["spec"].meta["omega"])] += rows[-1]["projected_gpu_hours"]
+    if settings.compile and settings.device == "cuda":
+        for group, mode in _compiled_cases(groups):
+            for precision in ("fp32", "tf32"):
+                rows.append(_row(group, precision, peaks, settings, mode))
     _set_precision("fp32")
     projection = [{"precision": p, "omega": omega, "gpu_hours": h} for (p, omega), h in sorted(totals.items())]
     return {"matmul_tflops": peaks, "matmul_n": n, "steps": STEPS, "rows": rows, "projection": projection,

@@ -1,4 +1,4 @@
-"""Run the benchmark suite: ``python -m benchmarks.run [--mode quick|full] [--sections abcdefghs] [--device D]``.
+"""Run the benchmark suite: ``python -m benchmarks.run [--mode quick|full] [--sections abcdefghsw] [--device D]``.
 
 Writes ``<out-dir>/<machine>-<mode>-<UTC timestamp>.json`` and a ``.md`` beside it; never overwrites a file
 (exit 2 if the name exists). Bad input: one line on stderr, exit 2. See :mod:`benchmarks` for the sections.
@@ -18,7 +18,7 @@ import torch
 
 from .common import BenchError, Settings, machine, threads
 
-SECTIONS = "abcdefghs"
+SECTIONS = "abcdefghsw"
 MODES = {"smoke": dict(warmup=0, repeats=2), "quick": dict(warmup=1, repeats=3), "full": dict(warmup=2, repeats=7)}
 
 
@@ -26,13 +26,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
     ap.add_argument("--mode", default="quick",
                     help="quick (a few minutes on 2 CPU cores), full, or smoke (toy sizes, for tests)")
-    ap.add_argument("--sections", default=None, help="any of the letters abcdefghs (f needs a; h needs --device "
-                    "cuda, or --mode smoke; default: all that the device runs)")
+    ap.add_argument("--sections", default=None, help="any of the letters abcdefghsw (f needs a; h and w need "
+                    "--device cuda, or --mode smoke; default: all that the device runs)")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (bf16 autocast; not measured on the CPU box)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     ap.add_argument("--repeats", type=int, default=None, help="timed repeats per case (default: by mode)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed warm-up rounds (default: by mode)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile cases")
+    ap.add_argument("--sweep-cases", default="eager,graphs", help="section w's cases: eager, graphs (CUDA graphs, "
+                    "run.compile_mode=reduce-overhead), comma-separated (default: both)")
     ap.add_argument("--out-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--name", default=None, help="file stem (default: <host>-<mode>-<UTC timestamp>)")
     return ap.parse_args(argv)
@@ -42,13 +44,15 @@ def settings_from(args: argparse.Namespace) -> Settings:
     if args.mode not in MODES:
         raise BenchError(f"--mode must be one of {', '.join(MODES)}, got {args.mode!r}")
     if args.sections is None:
-        args.sections = SECTIONS if args.device == "cuda" else SECTIONS.replace("h", "")
+        args.sections = SECTIONS if args.device == "cuda" else SECTIONS.replace("h", "").replace("w", "")
     if not args.sections or any(c not in SECTIONS for c in args.sections):
         raise BenchError(f"--sections must be letters among {SECTIONS}, got {args.sections!r}")
     if "f" in args.sections and "a" not in args.sections:
         raise BenchError("section f reads section a's measurements: add a to --sections")
-    if "h" in args.sections and args.device != "cuda" and args.mode != "smoke":
-        raise BenchError("section h projects a GPU sweep: add --device cuda (or --mode smoke to check its code)")
+    for key in "hw":
+        if key in args.sections and args.device != "cuda" and args.mode != "smoke":
+            raise BenchError(f"section {key} projects a GPU sweep: add --device cuda (or --mode smoke to check its "
+                             "code)")
     if args.device not in ("cpu", "cuda"):
         raise BenchError(f"--device must be cpu or cuda, got {args.device!r}")
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -57,10 +61,14 @@ def settings_from(args: argparse.Namespace) -> Settings:
     for flag, value in (("--threads", n), ("--repeats", args.repeats), ("--warmup", args.warmup)):
         if value is not None and (value < (0 if flag == "--warmup" else 1)):
             raise BenchError(f"{flag} must be {'non-negative' if flag == '--warmup' else 'positive'}, got {value}")
+    cases = tuple(args.sweep_cases.split(","))
+    if not cases or any(c not in ("eager", "graphs") for c in cases):
+        raise BenchError(f"--sweep-cases must be eager, graphs or both, comma-separated; got {args.sweep_cases!r}")
     mode = MODES[args.mode]
     return Settings(mode=args.mode, device=args.device, dtype="bfloat16" if args.device == "cuda" else "float32",
                     threads=n, warmup=mode["warmup"] if args.warmup is None else args.warmup,
-                    repeats=mode["repeats"] if args.repeats is None else args.repeats, compile=not args.no_compile)
+                    repeats=mode["repeats"] if args.repeats is None else args.repeats, compile=not args.no_compile,
+                    sweep_cases=cases)
 
 
 def output_paths(args: argparse.Namespace, settings: Settings) -> tuple[str, str]:
@@ -77,7 +85,7 @@ def output_paths(args: argparse.Namespace, settings: Settings) -> tuple[str, str
 
 def run(settings: Settings, sections: str, log=print) -> dict:
     """Run ``sections`` and return the result dict (the JSON file's content)."""
-    from . import engine, gpu, layers, mixers, report, sparse, stack
+    from . import engine, gpu, layers, mixers, report, sparse, stack, sweep
 
     started = time.time()
     with threads(settings.threads):
@@ -86,7 +94,7 @@ def run(settings: Settings, sections: str, log=print) -> dict:
                   "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "sections": {}}
         runners = {"a": mixers.section_a, "b": mixers.section_b, "c": sparse.section_c, "d": layers.section_d,
                    "e": layers.section_e, "g": engine.section_g,
-                   "h": gpu.section_h, "s": stack.section_s}
+                   "h": gpu.section_h, "s": stack.section_s, "w": sweep.section_w}
         for key in sections:
             if key == "f":
                 continue

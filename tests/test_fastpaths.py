@@ -262,10 +262,10 @@ def test_kronecker_bmm_gradients_match_explicit_product():
 # ---- the benchmark code itself --------------------------------------------------------------------------------
 
 # section g (pkmixer train's epoch against a hand-written loop) takes about 10 s even at toy sizes: slow tier
-@pytest.mark.parametrize("sections", ["abdefh", pytest.param("abdefg", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("sections", ["abdefh", pytest.param("abdefgw", marks=pytest.mark.slow)])
 def test_benchmark_smoke_run_writes_its_json(tmp_path, sections):
-    """Sections a, b, d, e, f, h (or g) at toy sizes through the real runner, then the JSON schema; section h
-    (a GPU projection) outside smoke mode on the CPU is refused in one line."""
+    """Sections a, b, d, e, f, h (or g and w) at toy sizes through the real runner, then the JSON schema; sections
+    h and w (GPU projections) outside smoke mode on the CPU are refused in one line."""
     sys.path.insert(0, ROOT)
     try:
         from benchmarks import run as bench
@@ -291,6 +291,15 @@ def test_benchmark_smoke_run_writes_its_json(tmp_path, sections):
         assert sum(p["gpu_hours"] for p in h["projection"]) == pytest.approx(
             sum(r["projected_gpu_hours"] for r in h["rows"]))
         assert bench.main(["--sections", "h", "--out-dir", str(out)]) == 2
+        from pkmixer.analysis.cost import measured_macs
+        from pkmixer.models.registry import create_model
+        for r in h["rows"]:  # the forward MACs per image behind the fraction of matmul throughput
+            assert r["macs_per_image"] == measured_macs(create_model(r["name"], num_classes=10, **r["options"]))
+    if "w" in sections:
+        (w,) = result["sections"]["w"]["rows"]
+        assert w["case"] == "eager" and w["runs"] == 2 and w["status"] == {"finished": 2}
+        assert w["wall_2_epochs_s"] > 0 and w["wall_1_epoch_s"] > 0
+        assert bench.main(["--sections", "w", "--out-dir", str(out)]) == 2
     assert all("met" in t for t in result["targets"])
     assert (out / "toy.md").read_text().startswith("# pkmixer benchmarks")
     again = ["--mode", "smoke", "--sections", "e", "--out-dir", str(out), "--name", "toy"]
