@@ -10,6 +10,9 @@
 * :func:`learning_curves`, :func:`mean_curve`, :func:`overfitting` - the per-epoch metrics of runs (their rows'
   ``curve``), averaged over seeds, and how far a test loss rises after its minimum (Figs. S.6-S.8).
 * :func:`error_plot` - mean test error ± std over seeds against a swept quantity, one line per family.
+* :func:`trained`, :func:`doubling`, :func:`doubling_report` - medium scale's epoch-doubling check as fig5 makes it
+  (:func:`pkmixer.experiments.presets.recipes.doubled_ends`): the runs the verdicts read, each doubled run
+  against its original, and what the report says of them.
 """
 from __future__ import annotations
 
@@ -24,10 +27,48 @@ from ..stats import Rule, Verdict, bootstrap_verdict, per_seed_table
 
 COLOURS = {"S-Mixer": "tab:red", "RP S-Mixer": "tab:orange", "MLP-Mixer": "tab:red", "RP MLP-Mixer": "tab:orange",
            "SW-MLP": "tab:blue", "Monarch": "tab:purple", "Kronecker": "tab:green"}
+# medium scale's convergence check (fig5's): doubling the epochs moves the test error by less than this
+CONVERGED = 0.005
 
 
 def finished(rows: Sequence[dict]) -> list[dict]:
     return [r for r in rows if r["status"] == "finished"]
+
+
+def trained(rows: Sequence[dict]) -> list[dict]:
+    """The finished rows but the epoch-doubling runs (``doubles``), which the verdicts leave out."""
+    return [r for r in finished(rows) if not r.get("doubles")]
+
+
+def doubling(rows: Sequence[dict], axis: str) -> list[dict]:
+    """Each finished run trained for twice the epochs (``doubles``) against its original: the family, ``axis``,
+    both errors, the change and whether it is below :data:`CONVERGED`."""
+    by_name = {r["run"]: r for r in finished(rows)}
+    out = []
+    for row in finished(rows):
+        base = by_name.get(row.get("doubles"))
+        if base is None or base["final_test_error"] is None or row["final_test_error"] is None:
+            continue
+        change = row["final_test_error"] - base["final_test_error"]
+        out.append({"run": base["run"], "model": row["model"], axis: row[axis], "epochs": base.get("epochs"),
+                    "epochs_doubled": row.get("epochs"), "error": base["final_test_error"],
+                    "error_doubled": row["final_test_error"], "change": change,
+                    "converged": abs(change) < CONVERGED})
+    return out
+
+
+def doubling_report(checks: Sequence[dict]) -> tuple[dict[str, str], str]:
+    """The key number and the verdict's closing sentence of the epoch-doubling ``checks`` ({} and "" without)."""
+    if not checks:
+        return {}, ""
+    number = "; ".join(f"{c['run']}: {100 * c['error']:.2f} % -> {100 * c['error_doubled']:.2f} % "
+                       f"({100 * c['change']:+.2f} points)" for c in checks)
+    if all(c["converged"] for c in checks):
+        return {"epoch doubling": number}, (f" Convergence: doubling the epochs moved every checked point's test "
+                                            f"error by less than {100 * CONVERGED:g} points.")
+    return {"epoch doubling": number}, (f" Convergence: doubling the epochs moved some checked point's test error "
+                                        f"by {100 * CONVERGED:g} points or more (see the epoch-doubling table), so "
+                                        f"the runs are not fully trained.")
 
 
 def balance_minimum(points: Sequence[dict]) -> dict[str, Any] | None:

@@ -146,6 +146,17 @@ def doubled(spec: RunSpec) -> RunSpec:
     return dataclasses.replace(spec, name=f"{spec.name}-2x", config=config, meta={**spec.meta, "doubles": spec.name})
 
 
+def doubled_ends(specs: Sequence[RunSpec], axis: str, group: str = "model") -> list[RunSpec]:
+    """Medium scale's convergence check as fig5 makes it: per ``group`` (family), the seed-0 runs at the smallest
+    and at the largest ``meta[axis]`` (the first of equals), each :func:`doubled`."""
+    out = []
+    for family in dict.fromkeys(s.meta[group] for s in specs):
+        runs = [s for s in specs if s.meta[group] == family and s.meta["seed"] == 0]
+        ends = {s.name: s for s in (min(runs, key=lambda s: s.meta[axis]), max(runs, key=lambda s: s.meta[axis]))}
+        out += [doubled(s) for s in ends.values()]
+    return out
+
+
 def smoke(epochs: int = 1, train_subset: int = 256, test_subset: int = 128, batch_size: int = 64) -> Recipe:
     """Seconds: 256 training and 128 test digits at 8 px, AdamW."""
     return Recipe({"name": "digits", "batch_size": batch_size, "train_subset": train_subset,
