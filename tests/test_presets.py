@@ -511,6 +511,115 @@ def test_fig5_medium_adds_the_epoch_doubling_check(tmp_path):
         assert ("less than 0.5 points" in result.verdict) is converged
 
 
+def _medium(name, seeds=5):
+    """A preset's medium runs on Fashion-MNIST, split into the runs the verdicts read and fig5's epoch-doubling
+    check; both checked against issue 16's medium scale: the whole training and test sets, 10 epochs, ``seeds``
+    seeds paired across every point, valid model options, each doubled run its seed-0 original at 20 epochs."""
+    specs = get_preset(name).runs("medium", "fashion-mnist")
+    main = [s for s in specs if not s.meta.get("doubles")]
+    doubled = [s for s in specs if s.meta.get("doubles")]
+    assert {(s.config.data.name, s.config.data.train_subset, s.config.data.test_subset) for s in specs} == \
+        {("fashion-mnist", None, None)}
+    assert {s.config.schedule.epochs for s in main} == {10} and len({s.name for s in specs}) == len(specs)
+    points: dict[str, set] = {}
+    for spec in main:
+        points.setdefault(spec.name.rsplit("-s", 1)[0], set()).add(spec.meta["seed"])
+        assert set(spec.config.model.options) <= set(model_entry(spec.config.model.name).accepted()), spec.name
+    assert all(found == set(range(seeds)) for found in points.values())
+    by_name = {s.name: s for s in main}
+    for spec in doubled:
+        base = by_name[spec.meta["doubles"]]
+        assert spec.config.schedule.epochs == 20 and spec.config.model == base.config.model
+        assert spec.meta["seed"] == 0 and spec.name == base.name + "-2x"
+    return main, doubled
+
+
+def _span(specs, key, **meta):
+    values = [s.meta[key] for s in _by(specs, **meta)]
+    return max(values) / min(values)
+
+
+def _models(specs):
+    """The model options of a sweep's seed-0 runs."""
+    return {json.dumps(s.config.model.options, sort_keys=True) for s in specs if s.meta["seed"] == 0}
+
+
+def _with_doubled(rows, run, change):
+    """``rows`` and the epoch-doubling row of ``run``, ``change`` off its error."""
+    base = next(r for r in rows if r["run"] == run)
+    return rows + [{**base, "run": run + "-2x", "doubles": run, "final_test_error": base["final_test_error"] + change}]
+
+
+def test_figs2_medium_spans_2x_at_fixed_omega_and_adds_the_doubling_check(tmp_path):
+    main, doubled = _medium("figs2")
+    assert len(main) == 9 * 5 and len(doubled) == 6
+    for family in ("MLP-Mixer", "RP MLP-Mixer", "SW-MLP"):
+        assert _span(main, "width", model=family, omega=2**17) >= 2, family
+    assert {(s.meta["model"], s.meta["width"]) for s in doubled} == {
+        ("MLP-Mixer", 504), ("MLP-Mixer", 1024), ("RP MLP-Mixer", 504), ("RP MLP-Mixer", 1024), ("SW-MLP", 181),
+        ("SW-MLP", 724)}
+    assert {s.config.model.options["weight_format"] for s in _by(main, model="SW-MLP", density=1.0)} == {"masked"}
+    assert {s.config.model.options["weight_format"] for s in _by(main, model="SW-MLP", density=1 / 16)} == {"sparse"}
+
+    points = [({"model": family, "omega": 2**17, "C": None, "S": None, "width": m, "density": None}, 0.2 - 0.01 * i)
+              for family in ("MLP-Mixer", "RP MLP-Mixer", "SW-MLP") for i, m in enumerate((504, 696, 1024))]
+    rows = _rows(points, FIVE)
+    plain = get_preset("figs2").analyze(rows, tmp_path, "medium")
+    assert plain.supported is True and "figs2_doubling" not in plain.tables
+    for change, converged in ((0.004, True), (-0.02, False)):
+        result = get_preset("figs2").analyze(_with_doubled(rows, "r0-s0", change), tmp_path, "medium")
+        assert result.verdicts == plain.verdicts  # left out of the verdicts
+        assert [c["converged"] for c in result.tables["figs2_doubling"]] == [converged]
+        assert ("less than 0.5 points" in result.verdict) is converged
+
+
+def test_figs3_medium_is_the_small_design_on_all_the_images_with_the_doubling_check(tmp_path):
+    main, doubled = _medium("figs3")
+    small = get_preset("figs3").runs("small", "fashion-mnist")
+    assert len(main) == 20 * 5 and len(doubled) == 4
+    assert _models(main) == _models(small)
+    for omega in (2**13, 2**14):
+        assert _span(main, "gamma", model="MLP-Mixer", omega=omega) >= 2
+    assert {(s.meta["model"], s.meta["omega"], s.meta["C"]) for s in doubled} == {
+        ("MLP-Mixer", 2**13, 4), ("MLP-Mixer", 2**14, 16), ("RP MLP-Mixer", 2**13, 4), ("RP MLP-Mixer", 2**14, 16)}
+
+    points = []
+    for omega in (2**13, 2**14):
+        for C in (4, 8, 16, 32, 64):
+            gamma = gamma_at_width(omega, 256, C)
+            points += [({"model": family, "omega": omega, "width": 256, "C": C, "S": 256 // C, "gamma": round(gamma, 4)},
+                        0.2 - 0.01 * gamma + (0 if C == 16 else 0.05)) for family in ("MLP-Mixer", "RP MLP-Mixer")]
+    rows = _rows(points, FIVE)
+    plain = get_preset("figs3").analyze(rows, tmp_path, "medium")
+    result = get_preset("figs3").analyze(_with_doubled(rows, "r0-s0", 0.03), tmp_path, "medium")
+    assert plain.supported is True and result.verdicts == plain.verdicts
+    assert len(result.tables["figs3_doubling"]) == 1 and "not fully trained" in result.verdict
+
+
+def test_figs4_figs5_medium_are_the_small_designs_on_all_the_images():
+    for name, runs, seeds in (("figs4", 6 * 8, 8), ("figs5", 12 * 5, 5)):
+        main, doubled = _medium(name, seeds)
+        small = get_preset(name).runs("small", "fashion-mnist")
+        assert len(main) == runs and doubled == []  # no size axis (figs4), S and C fixed (figs5): no check
+        assert _models(main) == _models(small)
+
+
+def test_table1_medium_doubles_both_models_and_keeps_them_out_of_the_verdict(tmp_path):
+    main, doubled = _medium("table1")
+    assert len(main) == 2 * 5 and sorted(s.meta["model"] for s in doubled) == ["Mixer-SS-W/4", "Mixer-SS/7"]
+    assert {(s.meta["S"], s.meta["C"]) for s in main} == {(16, 128), (49, 57)}
+
+    base = {"model": "Mixer-SS/7", "P": 7, "S": 16, "C": 128, "gamma": 4.0, "blocks": 2, "max_width": 8192,
+            "omega": 1.0, "connections": 8.0}
+    rows = _rows([(base, 0.15), ({**base, "model": "Mixer-SS-W/4", "P": 4, "S": 49, "C": 57, "max_width": 11172},
+                                 0.12)], FIVE)
+    plain = get_preset("table1").analyze(rows, tmp_path, "medium")
+    result = get_preset("table1").analyze(_with_doubled(rows, "r1-s0", -0.001), tmp_path, "medium")
+    assert plain.supported is True and result.verdicts == plain.verdicts
+    assert result.tables["table1"] == plain.tables["table1"]  # the 20-epoch run is not a third model or seed
+    assert result.tables["table1_doubling"][0]["converged"] and "less than 0.5 points" in result.verdict
+
+
 def test_fig4_verdict(tmp_path):
     def rows(sw_widest):
         points = []

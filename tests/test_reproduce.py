@@ -130,7 +130,7 @@ def test_list(capsys):
     code, out, _ = run_main(capsys, "reproduce", "--list", "--json")
     records = {r["name"]: r for r in json.loads(out)}
     assert code == 0 and records["fig5"]["runs"] == {"paper": 111, "medium": 66, "small": 10, "smoke": 6}
-    assert records["figs2"]["runs"]["medium"] is None  # no medium scale yet
+    assert records["figs9"]["runs"]["medium"] is None  # analysis-only presets have no medium scale
     assert len(records) == len(list_presets())
     code, out, _ = run_main(capsys, "reproduce", "--list")
     assert code == 0 and "fig5" in out and "App. C.4" in out

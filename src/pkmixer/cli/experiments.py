@@ -98,8 +98,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("name", nargs="?", help="a preset, e.g. fig5 (see --list)")
     p.add_argument("--list", action="store_true", help="list the presets and their number of runs per scale")
     p.add_argument("--scale", default="small", help="paper (the seed's settings), medium (decides on a CPU: "
-                   "at most 2 h on 2 cores; fig2, fig2d, fig4-fig7, suppa1), small (the quick look, CPU minutes; "
-                   "default) or smoke (seconds)")
+                   "at most 2 h on 2 cores; fig2, fig2d, fig4-fig7, figs1-figs8, suppa1, table1), small (the quick "
+                   "look, CPU minutes; default) or smoke (seconds)")
     p.add_argument("--dataset", help="a data set the preset accepts (default: the scale's own)")
     p.add_argument("--data-dir", help="where the data set lies")
     p.add_argument("--backend", choices=["local", "ray"], default="local",

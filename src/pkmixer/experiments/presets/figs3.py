@@ -3,6 +3,7 @@
 Command::
 
     pkmixer reproduce figs3 --scale paper --dataset cifar10   # also cifar100, stl10
+    pkmixer reproduce figs3 --scale medium                     # all of Fashion-MNIST, 5 seeds (about 105 min, 2 cores)
     pkmixer reproduce figs3 --scale small                      # Fashion-MNIST, CPU minutes
     pkmixer reproduce figs3 --scale smoke
 
@@ -16,7 +17,8 @@ before any run is read (pkmixer.experiments.stats): per family, the mean over se
 pairs closest to C = S minus the lowest mean error over seeds of the other pairs, recomputed on every resample,
 claimed < 0 (:data:`BALANCE_RULE`). Supported when every part is, contradicted when any part is, undecided
 otherwise (and with fewer than 5 seeds: pass ``--seeds 5``). The numbers add Spearman's ρ(γ, mean error) and
-each line's lowest mean error.
+each line's lowest mean error; at medium scale the report adds fig5's epoch-doubling check, which the verdict
+leaves out.
 
 Scales:
 
@@ -24,6 +26,11 @@ Scales:
   from 1.88 to 4, "a realistic range"; γ = 4 at C = S = 64 for Ω = 2^20), C = 16, 32, 64, 128, 256 with
   S = 4096/C, normal and RP MLP-Mixers of 8 blocks (App. C.4's depth), App. C.4's recipe at D.2's lr 0.1
   (Nesterov SGD, batch 128, 200 epochs, crop and flip), patch 4 at 32 px, 3 seeds: 60 runs per data set.
+* ``medium`` - the small design with :func:`.recipes.medium` (all 60 000 Fashion-MNIST training and 10 000 test
+  images, 10 epochs of AdamW), 5 seeds: 100 runs (γ spans 2.1× at each Ω: 0.94 to 2 and 1.88 to 4), plus the
+  convergence check - the lowest and the highest γ of each family (C = 4 at Ω = 2^13, C = S = 16 at 2^14)
+  retrained for 20 epochs on seed 0 (4 runs, left out of the verdicts): 104 runs, estimated 105 min on 2 cores
+  (one epoch of each model timed on one core while another job used the other, times 10 epochs), not run yet.
 * ``small`` - Fashion-MNIST, m = 256, C = 4, 8, 16, 32, 64, Ω = 2^13 and 2^14 (γ up to 2 and 4), 4 blocks,
   4 epochs of AdamW on 10 000 images, 2 seeds: 40 runs.
 * ``smoke`` - digits, m = 16, C = 2, 4, 8, Ω = 2^8, 1 block, 1 epoch.
@@ -39,7 +46,7 @@ from ..stats import (Rule, aggregate, format_mean_std, interval_text, overall,
                      per_seed_trend, rank_correlation, summary, trend_verdict)
 from ..sweep import RunSpec
 from . import recipes
-from .measures import balance_minimum, balance_verdict, error_plot, finished
+from .measures import balance_minimum, balance_verdict, doubling, doubling_report, error_plot, trained
 
 FAMILIES = {"MLP-Mixer": "mixer", "RP MLP-Mixer": "rpmixer"}
 # The verdict's rules, fixed before any run is read (issue 16; pkmixer.experiments.stats): "a larger γ lowers the
@@ -66,8 +73,9 @@ def _sweep(scale: str, dataset: str) -> _Sweep:
     if scale == "paper":
         return _Sweep(recipes.paper_cifar(dataset, {**recipes.SGD_C4, "lr": 0.1}), 4096, (16, 32, 64, 128, 256),
                       (2**19, 2**20), 8)
-    if scale == "small":
-        return _Sweep(recipes.small(dataset), 256, (4, 8, 16, 32, 64), (2**13, 2**14), 4)
+    if scale in ("medium", "small"):  # medium: small's models on the whole training set
+        recipe = recipes.medium(dataset) if scale == "medium" else recipes.small(dataset)
+        return _Sweep(recipe, 256, (4, 8, 16, 32, 64), (2**13, 2**14), 4)
     return _Sweep(recipes.smoke(), 16, (2, 4, 8), (2**8,), 1)
 
 
@@ -81,6 +89,7 @@ class FigS3(Preset):
     datasets = recipes.PAPER_CIFAR + ("fashion-mnist", "mnist", "digits")
     scale_datasets = recipes.SCALE_DATASETS
     allowed_datasets = recipes.allowed(datasets, recipes.PAPER_CIFAR)
+    scales = ("paper", "medium", "small", "smoke")
 
     def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         s = _sweep(scale, dataset)
@@ -94,16 +103,18 @@ class FigS3(Preset):
                     meta = {"dataset": dataset, "model": family, "omega": omega, "width": s.width, "C": C, "S": S,
                             "gamma": round(gamma, 4)}
                     specs += self.seeded(f"{FAMILIES[family]}-o{omega}-c{C}", config, meta, scale)
+        if scale == "medium":  # the lowest and the highest γ of each family
+            specs += recipes.doubled_ends(specs, "gamma")
         return recipes.seed_structures(specs)
 
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
-        points = aggregate(finished(rows), ["model", "omega", "width", "C", "S", "gamma"])
+        done = trained(rows)  # the epoch-doubling runs are left out
+        points = aggregate(done, ["model", "omega", "width", "C", "S", "gamma"])
         for p in points:
             p["line"] = f"{p['model']}, Ω = {recipes.power_label(p['omega'])}"
         points.sort(key=lambda p: (list(FAMILIES).index(p["model"]), p["omega"], p["C"]))
         table = [{k: p[k] for k in ("model", "omega", "width", "C", "S", "gamma")} |
                  {"test_error_mean": p["mean"], "test_error_std": p["std"], "seeds": p["n"]} for p in points]
-        done = finished(rows)
         numbers, rhos, minima, verdicts = {}, {}, {}, []
         for family in FAMILIES:
             group = [p for p in points if p["model"] == family]
@@ -130,13 +141,17 @@ class FigS3(Preset):
         supported = None if scale == "smoke" else overall(verdicts)
         if scale == "smoke":
             verdict += " (Smoke scale: too short to decide.)"
+        checks = doubling(rows, "gamma")
+        check_numbers, check_text = doubling_report(checks)
+        numbers |= check_numbers
         data = ", ".join(sorted({str(r.get("dataset")) for r in rows}))
         width = points[0]["width"] if points else 0
         left = error_plot(points, "gamma", "line", f"Fig. S.3 left: error against γ at m = {width} ({data})",
                           "expansion factor γ", log_x=False)
         right = error_plot(points, "C", "line", f"Fig. S.3 right: error against C at m = {width} ({data})",
                            "channels C (S = m / C)", vlines=[(width ** 0.5, "C = S")] if width else ())
-        return Analysis(figures={"figs3_gamma": left, "figs3_channels": right}, tables={"figs3": table},
-                        numbers=numbers, verdict=verdict, supported=supported, verdicts=verdicts)
+        tables = {"figs3": table} | ({"figs3_doubling": checks} if checks else {})
+        return Analysis(figures={"figs3_gamma": left, "figs3_channels": right}, tables=tables, numbers=numbers,
+                        verdict=verdict + check_text, supported=supported, verdicts=verdicts)
 
 
