@@ -294,8 +294,9 @@ def test_refuses_differing_optimisers():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("case", ["smixer", "rp_smixer", "swmlp_masked"])
+@pytest.mark.parametrize("case", ["smixer", "rp_smixer", "swmlp_masked", "swmlp_csr"])
 def test_cuda_training_equals_sequential(case, monkeypatch):
+    """On a GPU too, members of their own lr and weight decay, clipped, each equal its run alone."""
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     models = [m.cuda() for m in members(case, dtype=torch.float64)]
@@ -304,7 +305,7 @@ def test_cuda_training_equals_sequential(case, monkeypatch):
     x = images(3, 5, torch.float64).cuda()
     for k, model in enumerate(models):
         torch.testing.assert_close(stack(x)[k], model(x[k]), atol=1e-10, rtol=0)
-    _assert_same_run(stack, models, [1, 2, 3], data, OptimConfig(name="adamw", lr=1e-3, weight_decay=0.05),
+    _assert_same_run(stack, models, [1, 2, 3], data, _each(ADAMW, [1e-3, 3e-3, 1e-2], [0.0, 0.05, 0.3], clip_grad=0.5),
                      epochs=1, batch_size=16)
 
 
