@@ -501,14 +501,15 @@ def test_fig5_medium_adds_the_epoch_doubling_check(tmp_path):
 
     rows = _fig5_rows(-1)
     base = next(r for r in rows if r["model"] == "SW-MLP" and r["width"] == 181 and r["seed"] == 0)
-    for change, converged in ((0.004, True), (-0.006, False)):
+    for change, converged, says in ((0.004, True, "less than 0.5 points"), (-0.006, False, "not fully trained"),
+                                    (0.006, False, "overfit")):  # an error that rises: overfitting, not undertraining
         extra = {**base, "run": base["run"] + "-2x", "doubles": base["run"],
                  "final_test_error": base["final_test_error"] + change}
         result = preset.analyze(rows + [extra], tmp_path, "medium")
         check = result.tables["fig5_doubling"]
         assert len(check) == 1 and check[0]["converged"] is converged
         assert result.verdicts == preset.analyze(rows, tmp_path, "medium").verdicts  # left out of the verdicts
-        assert ("less than 0.5 points" in result.verdict) is converged
+        assert says in result.verdict and ("not fully trained" in result.verdict) is (change < 0)
 
 
 def _medium(name, seeds=5):
@@ -593,7 +594,7 @@ def test_figs3_medium_is_the_small_design_on_all_the_images_with_the_doubling_ch
     plain = get_preset("figs3").analyze(rows, tmp_path, "medium")
     result = get_preset("figs3").analyze(_with_doubled(rows, "r0-s0", 0.03), tmp_path, "medium")
     assert plain.supported is True and result.verdicts == plain.verdicts
-    assert len(result.tables["figs3_doubling"]) == 1 and "not fully trained" in result.verdict
+    assert len(result.tables["figs3_doubling"]) == 1 and "overfit instead of training further" in result.verdict
 
 
 def test_figs4_figs5_medium_are_the_small_designs_on_all_the_images():

@@ -53,7 +53,7 @@ from ..preset import Analysis, Preset, register_preset
 from ..stats import (Rule, aggregate, bootstrap_verdict, format_mean_std, interval_text, overall,
                      per_seed_difference, summary, trend_verdict)
 from ..sweep import RunSpec
-from . import recipes
+from . import measures, recipes
 from .measures import COLOURS, learning_curves
 
 FAMILIES = ("S-Mixer", "RP S-Mixer", "SW-MLP")
@@ -64,8 +64,6 @@ LEVEL = 0.90
 TREND_RULE = Rule("mean over seeds of Spearman ρ(width, test error)", threshold=0.0, direction="below", level=LEVEL)
 WIDEST_RULE = Rule("test error at the narrowest minus the widest m", threshold=0.0, direction="above", level=LEVEL,
                    scale=100.0, unit=" points")
-# the convergence check of medium scale: doubling the epochs moves the test error by less than this
-CONVERGED = 0.005
 
 
 @dataclass(frozen=True)
@@ -167,8 +165,7 @@ class Fig5(Preset):
         return recipes.seed_structures(specs)  # each seed its own permutations and masks
 
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
-        finished = [r for r in rows if r["status"] == "finished"]
-        done = [r for r in finished if not r.get("doubles")]
+        finished, done = measures.finished(rows), measures.trained(rows)
         points = aggregate(done, ["model", "omega", "C", "S", "width", "density"], "final_test_error")
         points.sort(key=lambda r: (FAMILIES.index(r["model"]), r["omega"], r["width"], r["C"] or 0))
         table = [{"model": p["model"], "omega": p["omega"], "C": p["C"], "S": p["S"], "width": p["width"],
@@ -194,13 +191,9 @@ class Fig5(Preset):
                 verdicts.append(bootstrap_verdict(difference, WIDEST_RULE, claim)
                                 if len({r["width"] for r in runs}) == 2 else trend_verdict(runs, "width", TREND_RULE,
                                                                                            claim))
-        doubling = _doubling(finished)
-        converged = None
-        if doubling:
-            converged = all(d["converged"] for d in doubling)
-            numbers["epoch doubling"] = "; ".join(
-                f"{d['run']}: {100 * d['error']:.2f} % -> {100 * d['error_doubled']:.2f} % "
-                f"({100 * d['change']:+.2f} points)" for d in doubling)
+        doubling = measures.doubling(finished, "width")
+        number, convergence = measures.doubling_report(doubling)
+        numbers.update(number)
         supported = None if scale == "smoke" else overall(verdicts)
         listed = summary(verdicts) or "no finished runs."
         if supported is None:
@@ -210,12 +203,7 @@ class Fig5(Preset):
         else:
             verdict = (f"Test error {'falls' if supported else 'does not fall in every family'} as the effective "
                        f"width grows at fixed Ω - {listed}")
-        if converged is not None:
-            verdict += (f" Convergence: doubling the epochs moved every checked point's test error by less than "
-                        f"{100 * CONVERGED:g} points." if converged else
-                        f" Convergence: doubling the epochs moved some checked point's test error by "
-                        f"{100 * CONVERGED:g} points or more (see the epoch-doubling table), so the runs are not "
-                        f"fully trained.")
+        verdict += convergence
         tables = {"fig5": table}
         if doubling:
             tables["fig5_doubling"] = doubling
@@ -238,22 +226,6 @@ def _extremes(runs: list[dict]) -> tuple[list[dict], list[dict]]:
         return [], []
     widths = [r["width"] for r in runs]
     return [r for r in runs if r["width"] == min(widths)], [r for r in runs if r["width"] == max(widths)]
-
-
-def _doubling(rows: list[dict]) -> list[dict]:
-    """Medium scale's convergence check: each run trained for twice the epochs against its original."""
-    by_name = {r["run"]: r for r in rows}
-    out = []
-    for row in rows:
-        base = by_name.get(row.get("doubles"))
-        if base is None or base["final_test_error"] is None or row["final_test_error"] is None:
-            continue
-        change = row["final_test_error"] - base["final_test_error"]
-        out.append({"run": base["run"], "model": row["model"], "width": row["width"], "epochs": base.get("epochs"),
-                    "epochs_doubled": row.get("epochs"), "error": base["final_test_error"],
-                    "error_doubled": row["final_test_error"], "change": change,
-                    "converged": abs(change) < CONVERGED})
-    return out
 
 
 def _power(omega: int, tex: bool = False) -> str:

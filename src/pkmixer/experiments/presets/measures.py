@@ -66,9 +66,13 @@ def doubling_report(checks: Sequence[dict]) -> tuple[dict[str, str], str]:
     if all(c["converged"] for c in checks):
         return {"epoch doubling": number}, (f" Convergence: doubling the epochs moved every checked point's test "
                                             f"error by less than {100 * CONVERGED:g} points.")
-    return {"epoch doubling": number}, (f" Convergence: doubling the epochs moved some checked point's test error "
-                                        f"by {100 * CONVERGED:g} points or more (see the epoch-doubling table), so "
-                                        f"the runs are not fully trained.")
+    fell = sum(c["change"] <= -CONVERGED for c in checks)
+    rose = sum(c["change"] >= CONVERGED for c in checks)
+    parts = ([f"lower at {fell} of them, so those runs are not fully trained"] if fell else []) + \
+        ([f"higher at {rose}, where the longer runs overfit instead of training further"] if rose else [])
+    return {"epoch doubling": number}, (f" Convergence: doubling the epochs moved the test error of {fell + rose} of "
+                                        f"the {len(checks)} checked points by {100 * CONVERGED:g} points or more "
+                                        f"(see the epoch-doubling table): {'; '.join(parts)}.")
 
 
 def balance_minimum(points: Sequence[dict]) -> dict[str, Any] | None:
