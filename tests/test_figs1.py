@@ -18,7 +18,7 @@ PRESET = get_preset("figs1")
 CHEAP = figs1._Spectrum(100.0, (0.0, 0.5, 1.0, 1.5), 1.5, 5)  # 5 draws decide a 90 % rule, in a second
 
 
-@pytest.mark.parametrize("scale, count", [("paper", 60), ("small", 50), ("smoke", 6)])
+@pytest.mark.parametrize("scale, count", [("paper", 60), ("medium", 52), ("small", 50), ("smoke", 6)])
 def test_every_run_is_a_valid_config(scale, count):
     specs = PRESET.runs(scale, None)
     assert len(specs) == count and len({s.name for s in specs}) == count
@@ -55,23 +55,43 @@ def test_paper_settings_follow_the_caption():
 
 
 def test_bad_input_is_one_clear_error():
-    with pytest.raises(ConfigError, match="no medium scale"):
-        PRESET.analyze([], None, "medium")
+    with pytest.raises(ConfigError, match="unknown scale 'huge'"):
+        PRESET.analyze([], None, "huge")
     with pytest.raises(ConfigError, match="at scale paper runs on"):
         PRESET.runs("paper", "fashion-mnist")
     assert figs1.scaling_index(2**12, 1 / 16) == pytest.approx(1 / 3)
 
 
+def test_medium_is_the_small_models_on_all_of_fashion_mnist():
+    specs, small = PRESET.runs("medium", None), PRESET.runs("small", None)
+    trained, doubled = [s for s in specs if "doubles" not in s.meta], [s for s in specs if "doubles" in s.meta]
+    assert len(trained) == 50 and sorted({s.meta["seed"] for s in trained}) == [0, 1, 2, 3, 4]
+    for point in {(s.meta["model"], s.meta["width"]) for s in trained}:  # every point on the same five seeds
+        assert sorted(s.meta["seed"] for s in trained if (s.meta["model"], s.meta["width"]) == point) == [0, 1, 2, 3, 4]
+    assert {s.name: s.config.model for s in trained} == {s.name: s.config.model for s in small}
+    cfg = trained[0].config
+    assert (cfg.data.name, cfg.data.train_subset, cfg.data.test_subset, cfg.schedule.epochs) == \
+        ("fashion-mnist", None, None, 10)
+    # the convergence check: the ends of the verdict's region, p = Ω^(-1/3) (m = 256) and the sparsest (m = 2048)
+    by_name = {s.name: s for s in specs}
+    assert sorted(s.meta["width"] for s in doubled) == [256, 2048] and {s.meta["seed"] for s in doubled} == {0}
+    for spec in doubled:
+        base = by_name[spec.meta["doubles"]]
+        assert spec.config.schedule.epochs == 20 and spec.config.model == base.config.model
+    assert figs1.SPECTRA["medium"] == figs1.SPECTRA["paper"]  # 50 draws cost seconds
+
+
 # ---- the verdict on constructed runs -------------------------------------------------------------------------
 
 
-def _sweep(tmp_path, loss_of, seeds=5, diverged=()):
-    """The small scale's rows with ``seeds`` seeds, each run's curve ending at training loss
-    ``loss_of(alpha) + 0.001 * seed``; the runs named in ``diverged`` have diverged."""
+def _sweep(tmp_path, loss_of, seeds=5, diverged=(), scale="small"):
+    """The rows of ``scale`` with ``seeds`` seeds, each run's curve ending at training loss
+    ``loss_of(alpha) + 0.001 * seed`` (0.01 lower for an epoch-doubling run, its test error 0.001 lower); the runs
+    named in ``diverged`` have diverged."""
     rows = []
-    for spec in PRESET.with_seeds(seeds).runs("small", None):
+    for spec in PRESET.with_seeds(seeds).runs(scale, None):
         alpha, seed = spec.meta["alpha"], spec.meta["seed"]
-        loss = loss_of(alpha) + 0.001 * seed
+        loss = loss_of(alpha) + 0.001 * seed - 0.01 * ("doubles" in spec.meta)
         status = "diverged" if spec.name in diverged else "finished"
         curve = [{"epoch": e + 1, "train_loss": loss + 0.5 * (2 - e), "test_loss": loss, "test_error": 0.1}
                  for e in range(3)]
@@ -101,6 +121,22 @@ def test_verdict_contradicted_when_the_loss_falls_with_sparsity(tmp_path, monkey
     monkeypatch.setitem(figs1.SPECTRA, "small", CHEAP)
     analysis = PRESET.analyze(_sweep(tmp_path, lambda a: 1.0 - a), tmp_path, "small")
     assert analysis.supported is False and _decisions(analysis) == ["contradicted", "supported", "supported"]
+
+
+def test_medium_verdict_leaves_the_doubling_check_out(tmp_path, monkeypatch):
+    monkeypatch.setitem(figs1.SPECTRA, "medium", CHEAP)
+    rows = _sweep(tmp_path, lambda a: 0.3 + abs(a - 1 / 3), scale="medium")
+    assert len(rows) == 52
+    plain = PRESET.analyze([r for r in rows if not r.get("doubles")], tmp_path, "medium")
+    analysis = PRESET.analyze(rows, tmp_path, "medium")
+    assert analysis.verdicts == plain.verdicts and analysis.supported is True
+    assert analysis.tables["figs1"] == plain.tables["figs1"] and "figs1_doubling" not in plain.tables
+    check = {c["width"]: c for c in analysis.tables["figs1_doubling"]}
+    assert sorted(check) == [256, 2048] and all(c["converged"] for c in check.values())
+    assert check[2048]["train_loss"] == pytest.approx(0.3 + 10 / 12 - 1 / 3)  # seed 0, α = 10/12
+    assert check[2048]["train_loss_doubled"] == pytest.approx(check[2048]["train_loss"] - 0.01)
+    assert "less than 0.5 points" in analysis.verdict and "epoch doubling" in analysis.numbers
+    assert "swmlp-m2048-s0: 0.8000 -> 0.7900" in analysis.numbers["epoch doubling: final training loss"]
 
 
 def test_verdict_undecided_with_two_seeds(tmp_path, monkeypatch):

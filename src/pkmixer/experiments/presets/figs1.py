@@ -4,6 +4,7 @@ weights (Hayase & Karakida App. D.1).
 Command::
 
     pkmixer reproduce figs1 --scale paper     # CIFAR-10 (also cifar100, stl10)
+    pkmixer reproduce figs1 --scale medium    # all of Fashion-MNIST, 5 seeds (estimated 45 min on 2 cores)
     pkmixer reproduce figs1 --scale small     # Fashion-MNIST, CPU minutes
     pkmixer reproduce figs1 --scale smoke
 
@@ -25,7 +26,8 @@ in advance rather than a data-chosen optimum), the mean over seeds of the within
 α), the mean within-draw Spearman ρ(α, λ_max), claimed > 0 (:data:`SPECTRUM_TREND_RULE`), and the smallest step
 of the mean λ_max between neighbouring α, claimed > 0 (:data:`MONOTONE_RULE`). Supported when all three are,
 contradicted when any is, undecided otherwise (and with fewer than 5 seeds or draws). Runs that diverge are left
-out of the statistics, which can only hide a loss of trainability, and counted in the table.
+out of the statistics, which can only hide a loss of trainability, and counted in the table. At medium scale the
+report adds the epoch-doubling check, left out of the verdict.
 
 Scales:
 
@@ -36,6 +38,13 @@ Scales:
   five densities at p ≤ Ω^{−1/3} = 2^−5.33); S-Mixer at C = 8, 16, 24, 40 (S = 124, 83, 63, 41). 60 runs.
   Spectra: the caption's Ω = 10^3 and 50 draws, α = 0, 0.25, ..., 1.5, the histogram at α = 1.5 (m = 5623, of
   whose rows about 940 hold a weight: the eigen-decomposition of those takes a fraction of a second per draw).
+* ``medium`` - the small models with :func:`.recipes.medium` (all 60 000 Fashion-MNIST training and 10 000 test
+  images, 10 epochs of AdamW; the bundled digits when Fashion-MNIST is absent), 5 seeds: 50 runs, plus the
+  convergence check - the two ends of the verdict's region, the SW-MLP at p = Ω^{−1/3} (m = 256) and at the
+  sparsest p (m = 2048), retrained for 20 epochs on seed 0 (2 runs, left out of the verdict). Estimated 45 min
+  on 2 cores: small scale's 50 runs took 307 s of run time (3.5 min of wall time), and medium sees 15 times as
+  many training images (10 epochs of 60 000 against 4 of 10 000): 39 min, plus 3 for the check and the runs'
+  start-up. Spectra as at paper scale (50 draws, 12 s).
 * ``small`` - Fashion-MNIST (:func:`.recipes.small`: 10 000 images, 4 epochs of AdamW), Ω = 2^12, 4 blocks,
   p = 4^−k for k = 0 ... 5 (α = k/6, m = 64 ... 2048; CSR weights below p = 1), S-Mixer at C = 2, 4, 8, 16;
   5 seeds: 50 runs. Spectra as at paper scale with 10 draws.
@@ -58,7 +67,7 @@ from ..stats import (Rule, aggregate, bootstrap_verdict, format_mean_std, interv
                      per_seed_difference, per_seed_trend, summary, trend_verdict)
 from ..sweep import RunSpec
 from . import recipes
-from .measures import COLOURS, finished
+from .measures import COLOURS, doubling, doubling_report, finished
 
 FAMILIES = ("SW-MLP", "S-Mixer")
 MODELS = {"SW-MLP": ("swmlp_o18_32", "swmlp_t4_28"), "S-Mixer": ("smixer_s64_32", "smixer_t4_28")}  # colour, grey
@@ -91,12 +100,14 @@ class _Spectrum:
     draws: int
 
 
+_SMALL = _Training(2**12, tuple(4.0**-k for k in range(6)), (2, 4, 8, 16), 4, 16, "sparse")
 TRAINING = {"paper": _Training(2**16, tuple(2.0**-k for k in (0, 2, 4, 6, 7, 8, 9, 10)), (8, 16, 24, 40), 8, 64,
                                "masked"),
-            "small": _Training(2**12, tuple(4.0**-k for k in range(6)), (2, 4, 8, 16), 4, 16, "sparse"),
+            "medium": _SMALL, "small": _SMALL,
             "smoke": _Training(2**9, tuple(8.0**-k for k in range(4)), (4, 8), 2, 4, "sparse")}
 _ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
-SPECTRA = {"paper": _Spectrum(1e3, _ALPHAS, 1.5, 50), "small": _Spectrum(1e3, _ALPHAS, 1.5, 10),
+SPECTRA = {"paper": _Spectrum(1e3, _ALPHAS, 1.5, 50), "medium": _Spectrum(1e3, _ALPHAS, 1.5, 50),
+           "small": _Spectrum(1e3, _ALPHAS, 1.5, 10),
            "smoke": _Spectrum(100.0, (0.0, 0.5, 1.0, 1.5), 1.5, 3)}
 
 
@@ -108,6 +119,8 @@ def scaling_index(omega: float, density: float) -> float:
 def _recipe(scale: str, dataset: str) -> recipes.Recipe:
     if scale == "paper":
         return recipes.paper_cifar(dataset)
+    if scale == "medium":
+        return recipes.medium(dataset)
     return recipes.small(dataset) if scale == "small" else recipes.smoke()
 
 
@@ -122,7 +135,8 @@ class FigS1(Preset):
     datasets = recipes.PAPER_CIFAR + ("fashion-mnist", "mnist", "digits")
     scale_datasets = recipes.SCALE_DATASETS
     allowed_datasets = recipes.allowed(datasets, recipes.PAPER_CIFAR)
-    default_seeds = {"paper": 5, "small": 5, "smoke": 1}
+    scales = ("paper", "medium", "small", "smoke")
+    default_seeds = {"paper": 5, "medium": 5, "small": 5, "smoke": 1}
 
     def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         t, recipe = TRAINING[scale], _recipe(scale, dataset)
@@ -141,10 +155,14 @@ class FigS1(Preset):
             meta = {"dataset": dataset, "model": "S-Mixer", "omega": t.omega, "omega_exact": mixer_omega(C, S),
                     "C": C, "S": S, "width": C * S, "density": p, "alpha": scaling_index(t.omega, p)}
             specs += self.seeded(f"smixer-c{C}-s{S}", recipe.config(options), meta, scale)
+        if scale == "medium":  # the convergence check at the two ends of the verdict's region
+            specs += recipes.doubled_ends([s for s in specs if s.meta["model"] == "SW-MLP"
+                                           and s.meta["alpha"] >= MIXER_ALPHA - 1e-9], "alpha")
         return recipes.seed_structures(specs)  # each seed its own masks and weights
 
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
         spectrum = SPECTRA[self.check_scale(scale)]
+        checks, rows = _doubling(rows), [r for r in rows if not r.get("doubles")]  # the check: out of the verdict
         done = [r for r in finished(rows) if r.get("final_train_loss") is not None]
         losses = {(p["model"], p["width"]): p for p in aggregate(done, ["model", "width"], "final_train_loss")}
         errors = {(p["model"], p["width"]): p for p in aggregate(finished(rows), ["model", "width"])}
@@ -195,12 +213,27 @@ class FigS1(Preset):
         verdict = {True: "Supported - ", False: "Not supported - ", None: "Undecided - "}[supported] + summary(verdicts)
         if scale == "smoke":
             verdict += " (Smoke scale: too short to decide.)"
+        check_numbers, check_text = doubling_report(checks)
+        numbers |= check_numbers
+        if checks and all(c["train_loss"] is not None and c["train_loss_doubled"] is not None for c in checks):
+            numbers["epoch doubling: final training loss"] = "; ".join(
+                f"{c['run']}: {c['train_loss']:.4f} -> {c['train_loss_doubled']:.4f}" for c in checks)
         data = ", ".join(sorted({str(r.get("dataset")) for r in rows}))
         omega = rows[0]["omega"] if rows else TRAINING[scale].omega
         figure = _figure(table, spectrum_table, histogram, spectrum, omega, data)
-        return Analysis(figures={"figs1": figure},
-                        tables={"figs1": table, "figs1_spectrum": spectrum_table, "figs1_histogram": histogram},
-                        numbers=numbers, verdict=verdict, supported=supported, verdicts=verdicts)
+        tables = {"figs1": table, "figs1_spectrum": spectrum_table, "figs1_histogram": histogram}
+        if checks:
+            tables["figs1_doubling"] = checks
+        return Analysis(figures={"figs1": figure}, tables=tables, numbers=numbers, verdict=verdict + check_text,
+                        supported=supported, verdicts=verdicts)
+
+
+def _doubling(rows: list[dict]) -> list[dict]:
+    """Medium scale's epoch-doubling check (:func:`.measures.doubling`, on the test error) with the final training
+    loss, which the verdict reads, before and after."""
+    base, twice = {r["run"]: r for r in rows}, {r["doubles"]: r for r in rows if r.get("doubles")}
+    return [c | {"width": base[c["run"]]["width"], "train_loss": base[c["run"]].get("final_train_loss"),
+                 "train_loss_doubled": twice[c["run"]].get("final_train_loss")} for c in doubling(rows, "alpha")]
 
 
 def _training_numbers(table: list[dict], sw: list[dict], done: list[dict]) -> dict:
