@@ -345,5 +345,6 @@ def test_stacked_sweep_killed_anywhere_resumes_to_the_uninterrupted_table(tmp_pa
         status = _sweep_child(root)
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, fault
         close(_sweep_outcome(root), want, fault)
+        assert not [p for p in root.rglob("*") if atomic.is_temp_file(p)], fault  # the sweep root's too
         regrouped += any(c["stack_members"] < 3 for r in load_rows(root) for c in r["curve"])
     assert regrouped, "some kill should leave members at different epochs"

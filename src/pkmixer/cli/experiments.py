@@ -112,8 +112,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    "(the epoch-doubling runs for twice as many); the default --out gains -e<N>")
     p.add_argument("--out", help="the output directory (default results/<name>-<scale>[-e<N>]-<dataset>)")
     p.add_argument("--overwrite", action="store_true", help="replace a report made from other results")
-    p.add_argument("--stack", action="store_true", help="train the runs that differ only in their seeds as one "
-                   "stacked model each (pays on a GPU; each run's row records its stack)")
+    p.add_argument("--stack", action="store_true", help="train the runs that differ only in their seeds, learning "
+                   "rate and weight decay as one stacked model each (pays on a GPU; each run's row records its stack)")
     p.add_argument("--compile", choices=COMPILE_MODES, help="train each run under torch.compile in this mode "
                    "(reduce-overhead: CUDA graphs, which pay for the small launch-bound models on a GPU)")
     p.add_argument("--json", action="store_true", help="machine-readable output (progress goes to stderr)")

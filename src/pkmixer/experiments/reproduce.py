@@ -94,7 +94,8 @@ def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, da
     """Run (or resume) preset ``name``'s sweep and render its report; returns the report's paths, the verdict,
     the numbers and the run counts. Runs that failed leave the report unrendered ("failed" lists them).
     ``epochs`` replaces the scale's epochs (:func:`with_epochs`): the medium scale's convergence check at a longer
-    budget, on a GPU say. ``stack`` trains the runs that differ only in their seeds as stacked jobs
+    budget, on a GPU say. ``stack`` trains the runs that differ only in their seeds, learning rate and weight decay as
+    stacked jobs
     (:func:`~pkmixer.experiments.sweep.run_sweep`). ``compile_mode`` trains every run compiled in that mode
     (:func:`compiled_runs`)."""
     if backend not in BACKENDS:

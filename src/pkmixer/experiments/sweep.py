@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_text_atomically
+from ..atomic import is_temp_file, write_text_atomically
 from ..errors import ConfigError, unknown_name
 from ..train.config import TrainConfig, build_config, load_yaml
 from ..train.rundir import RunDir, hold_lock
@@ -608,6 +608,8 @@ def run_sweep(specs: Sequence[RunSpec], sweep_dir: Path, *, backend: str = "loca
     sweep.root.mkdir(parents=True, exist_ok=True)
     with _Lock(sweep.lock):
         _check_existing(sweep, specs, normalized)
+        for leftover in (p for p in sweep.root.iterdir() if is_temp_file(p) and p.is_file()):
+            leftover.unlink()  # a killed sweep's half-written sweep.json or table (the run folders clean their own)
         write_text_atomically(sweep.spec_file, json.dumps({"version": 1, "info": info or {},
                                                   "specs": [_spec_dict(s) for s in specs]}, indent=1))
         rows = {s.name: run_row(s, sweep.run(s.name)) for s in specs}
