@@ -144,13 +144,15 @@ def test_auto_pipeline_is_resident_where_it_can_be(tmp_path):
     model = create_model("smixer_t4_28", img_size=32, patch_size=8, in_chans=3)
     data = build_dataset("synthetic", "train", subset=64)
     assert choose_feed(build_config(None, {**SYNTH, "data.crop_padding": 4, "data.hflip": True}), model,
-                       data) is ResidentFeed
-    assert choose_feed(build_config(None, {**SYNTH, "data.auto_augment": "cifar10"}), model, data) is PerSampleFeed
+                       data, True) is ResidentFeed
+    auto_augment = build_config(None, {**SYNTH, "data.auto_augment": "cifar10"})
+    assert choose_feed(auto_augment, model, data, True) is PerSampleFeed
+    assert choose_feed(auto_augment, model, data, False) is ResidentFeed  # the test split has no augmentation
     from pkmixer.errors import ConfigError
 
     with pytest.raises(ConfigError, match="data.pipeline=resident: .*auto_augment"):
         choose_feed(build_config(None, {**SYNTH, "data.auto_augment": "cifar10", "data.pipeline": "resident"}),
-                    model, data)
+                    model, data, True)
 
 
 def test_resident_pipeline_with_augmentation_learns_and_resumes_exactly(tmp_path):

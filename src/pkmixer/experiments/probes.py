@@ -51,7 +51,7 @@ def _eval_batches(cfg: TrainConfig, model: nn.Module, ds, indices: Sequence[int]
 
     order = torch.arange(len(ds)) if indices is None else torch.as_tensor(list(indices), dtype=torch.int64)
     size = cfg.data.eval_batch_size
-    if choose_feed(cfg, model, ds) is ResidentFeed:
+    if choose_feed(cfg, model, ds, train=False) is ResidentFeed:
         data, augment = to_resident(ds), batch_augment_for(cfg, model, False, ds.info)
         for chunk in order.split(size):
             yield augment(data.images[chunk], data.labels[chunk])

@@ -289,16 +289,16 @@ def batch_augment_for(cfg: TrainConfig, model: nn.Module, train: bool, info):
                                label_smoothing=d.label_smoothing, num_classes=model.num_classes)
 
 
-def choose_feed(cfg: TrainConfig, model: nn.Module, train_set) -> type[PerSampleFeed] | type[ResidentFeed]:
-    """``data.pipeline``: resident or per-sample as asked; auto takes resident where it can hold the data set
-    and batch its augmentations (a choice made from the config alone, never by timing)."""
+def choose_feed(cfg: TrainConfig, model: nn.Module, dataset, train: bool) -> type[PerSampleFeed] | type[ResidentFeed]:
+    """``data.pipeline`` for one split: resident or per-sample as asked; auto takes resident where it can hold the
+    data set and batch the split's transforms (a choice made from the config alone, never by timing). The splits
+    choose apart: a training set with AutoAugment goes per sample, its test set (no augmentation) stays batched."""
     if cfg.data.pipeline == "per-sample":
         return PerSampleFeed
     try:
-        for train in (True, False):
-            batch_augment_for(cfg, model, train, train_set.info)
-        if not isinstance(getattr(train_set, "source", None), ArrayImages):
-            raise ConfigError(f"{train_set.info.title} is not held in memory by its reader")
+        batch_augment_for(cfg, model, train, dataset.info)
+        if not isinstance(getattr(dataset, "source", None), ArrayImages):
+            raise ConfigError(f"{dataset.info.title} is not held in memory by its reader")
     except ConfigError as err:
         if cfg.data.pipeline == "resident":
             raise ConfigError(f"data.pipeline=resident: {err}") from None
@@ -343,8 +343,8 @@ class StepEngine:
         if (d.mixup > 0 or d.cutmix > 0) and (d.batch_size // ctx.world) % 2:
             raise ConfigError(f"mixup and cutmix pair examples within a batch: data.batch_size={d.batch_size} "
                               f"must give an even batch per process")
-        feed = choose_feed(cfg, model, train_set)
-        self.train_feed, self.test_feed = feed(cfg, ctx, train_set, model, True), feed(cfg, ctx, test_set, model, False)
+        self.train_feed = choose_feed(cfg, model, train_set, True)(cfg, ctx, train_set, model, True)
+        self.test_feed = choose_feed(cfg, model, test_set, False)(cfg, ctx, test_set, model, False)
         if len(self.train_feed) == 0:
             raise ConfigError(f"data.batch_size={d.batch_size} exceeds the {len(train_set)} training examples")
         self.criterion = build_loss(d.mixup > 0 or d.cutmix > 0, d.label_smoothing)

@@ -31,9 +31,9 @@ Scales:
   The subset departs from medium scale's whole training set because the claim is about the late phase of long
   training, where the normal model's test loss has stopped falling, and AutoAugment's per-image pipeline makes a
   60 000-image epoch cost 100 s on one core (1.6 ms per training and 0.8 ms per test image, timed beside
-  another job): 2 h on 2 cores buy 14 epochs of it, and a GPU run on all 60 000 images found both test losses
+  another job, before the test set went through the batched pipeline): 2 h on 2 cores buy 14 epochs of it, and a GPU run on all 60 000 images found both test losses
   still falling after 5 epochs, where on 10 000 the normal model's had reached its minimum after 7 and the RP
-  model's was still falling (one seed each, cut short; docs/reproduction.md). Estimated 80 min on 2 cores
+  model's was still falling (one seed each, cut short; docs/reproduction.md). Estimated at most 80 min on 2 cores
   (10 runs × 40 epochs × 23.5 s). No epoch-doubling check: the claim is the shape of the test-loss curves late
   in training, which the report draws; doubling seed 0's two runs would take the preset to 110 min.
 * ``small`` - Fashion-MNIST, S = C = 32, 4 blocks, AdamW lr 0.003 with AutoAugment, 10 epochs on 10 000
