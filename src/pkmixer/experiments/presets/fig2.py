@@ -33,7 +33,8 @@ Scales (fig2):
   (momentum 0.9), cosine annealing, AutoAugment (with App. C.4's crop and flip); 3 seeds: 72 runs; CKA over
   20 batches of 128 test images.
 * ``medium`` - the small design with :func:`.recipes.medium` (all 60 000 Fashion-MNIST images, 10 epochs of
-  AdamW), 5 seeds: 80 runs (estimated 100 min on 2 cores from fig4's medium runs of similar size; not run yet).
+  AdamW), 5 seeds: 80 runs (run on 2 loaded cores: its SW-MLP runs took 3-6 min each, so allow more than 2 h;
+  result in docs/reproduction.md).
 * ``small`` - Fashion-MNIST, S = C = 16 and 8, Mixer of 3 blocks, SW-MLP of 6, p = 2^-n for n = 0 ... 6, 4 epochs
   of AdamW on 10 000 images, 2 seeds: 32 runs; CKA over 10 batches of 128.
 * ``smoke`` - digits, S = C = 4, Mixer of 1 block, SW-MLP of 2, p = 1, 1/4, 1/16, 1 epoch; CKA over 2 batches of 32.
