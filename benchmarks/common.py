@@ -38,6 +38,10 @@ class BenchError(ValueError):
     """Bad input to the benchmark runner: one line, exit status 2."""
 
 
+# section w's cases (benchmarks/sweep.py: what each compiles and stacks)
+SWEEP_CASES = ("eager", "stacked", "graphs", "stacked-graphs")
+
+
 @dataclass(frozen=True)
 class Settings:
     """What every section needs to know about the run."""
@@ -49,7 +53,7 @@ class Settings:
     warmup: int
     repeats: int
     compile: bool  # also time torch.compile'd models where a section asks for it
-    sweep_cases: tuple[str, ...] = ("eager", "graphs")  # section w's cases
+    sweep_cases: tuple[str, ...] = SWEEP_CASES
 
     @property
     def torch_device(self) -> torch.device:

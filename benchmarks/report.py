@@ -267,11 +267,12 @@ def markdown(result: dict) -> str:
                   f"{s['w']['paper_epochs']} epochs as cold-cache extra + wall(1) + {s['w']['paper_epochs'] - 1} × "
                   "(wall(2) − wall(1)).",
                   ""]
-        rows = [[r["case"], str(r["runs"]), str(r["workers"]), f"{r['cold_cache_extra_s']:.0f} s",
+        rows = [[r["case"], str(r["runs"]), "/".join(map(str, r["stack_sizes"])), str(r["workers"]),
+                 f"{r['cold_cache_extra_s']:.0f} s",
                  f"{r['wall_1_epoch_s']:.0f} s",
                  f"{r['wall_2_epochs_s']:.0f} s", f"{r['per_epoch_s']:.1f} s", f"{r['projected_gpu_minutes']:.0f}"]
                 for r in s["w"]["rows"]]
-        lines += _table(["case", "runs", "at a time", "cold-cache extra", "1 epoch", "2 epochs", "an epoch more",
+        lines += _table(["case", "runs", "runs a job", "jobs at a time", "cold-cache extra", "1 epoch", "2 epochs", "an epoch more",
                          "projected GPU-min"],
                         rows)
         lines.append("")

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 import torch
 
-from .common import BenchError, Settings, machine, threads
+from .common import SWEEP_CASES, BenchError, Settings, machine, threads
 
 SECTIONS = "abcdefghsw"
 MODES = {"smoke": dict(warmup=0, repeats=2), "quick": dict(warmup=1, repeats=3), "full": dict(warmup=2, repeats=7)}
@@ -33,8 +33,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=None, help="timed repeats per case (default: by mode)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed warm-up rounds (default: by mode)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile cases")
-    ap.add_argument("--sweep-cases", default="eager,graphs", help="section w's cases: eager, graphs (CUDA graphs, "
-                    "run.compile_mode=reduce-overhead), comma-separated (default: both)")
+    ap.add_argument("--sweep-cases", default=",".join(SWEEP_CASES), help="section w's cases: eager, stacked (seeds "
+                    "as one stack), graphs (CUDA graphs, run.compile_mode=reduce-overhead), stacked-graphs; "
+                    "comma-separated (default: all)")
     ap.add_argument("--out-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--name", default=None, help="file stem (default: <host>-<mode>-<UTC timestamp>)")
     return ap.parse_args(argv)
@@ -62,8 +63,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
         if value is not None and (value < (0 if flag == "--warmup" else 1)):
             raise BenchError(f"{flag} must be {'non-negative' if flag == '--warmup' else 'positive'}, got {value}")
     cases = tuple(args.sweep_cases.split(","))
-    if not cases or any(c not in ("eager", "graphs") for c in cases):
-        raise BenchError(f"--sweep-cases must be eager, graphs or both, comma-separated; got {args.sweep_cases!r}")
+    if not cases or any(c not in SWEEP_CASES for c in cases):
+        raise BenchError(f"--sweep-cases must be among {', '.join(SWEEP_CASES)}, comma-separated; got "
+                         f"{args.sweep_cases!r}")
     mode = MODES[args.mode]
     return Settings(mode=args.mode, device=args.device, dtype="bfloat16" if args.device == "cuda" else "float32",
                     threads=n, warmup=mode["warmup"] if args.warmup is None else args.warmup,

@@ -12,9 +12,9 @@ Projection of the paper's 200 epochs: wall(1) + 199 × (wall(2) − wall(1)), th
 (process start and data loading fall in the first). A compiled case first runs an untimed 1-epoch sweep that fills
 inductor's on-disk cache, as a real sweep's first runs do for the rest (on the H100 a cold 1-epoch sweep took 250 s
 and a warm 2-epoch one 178 s, so without it the difference is meaningless); its extra time over the warm 1-epoch
-sweep is added to the projection. Cases: eager execution, and
-``run.compile_mode=reduce-overhead`` (graphs: CUDA graphs, ``pkmixer reproduce --compile reduce-overhead``);
-``--sweep-cases`` picks them. Target
+sweep is added to the projection. Cases: eager execution (eager), ``run.compile_mode=reduce-overhead`` (graphs:
+CUDA graphs, ``pkmixer reproduce --compile reduce-overhead``), and each with a point's 3 seeds trained as one stack
+(stacked, stacked-graphs: ``--stack``, 29 jobs of 3); ``--sweep-cases`` picks them. Target
 (issue 15): ≤ 30 GPU-minutes for these runs. A GPU only; on the CPU the smoke form trains 2 runs of 256 images.
 """
 from __future__ import annotations
@@ -36,7 +36,8 @@ from pkmixer.experiments.sweep import run_sweep
 from .common import Settings
 
 PAPER_EPOCHS = 200
-CASES = {"eager": None, "graphs": "reduce-overhead"}  # compile modes
+CASES = {"eager": (None, False), "stacked": (None, True),  # common.SWEEP_CASES: (compile mode, stacked)
+         "graphs": ("reduce-overhead", False), "stacked-graphs": ("reduce-overhead", True)}
 
 
 def fake_cifar10(root: Path, per_batch: int) -> None:
@@ -73,7 +74,7 @@ def section_w(settings: Settings) -> dict:
         data = Path(tmp) / "data"
         fake_cifar10(data, 1_000 if smoke else 10_000)
         for case in settings.sweep_cases:
-            mode = CASES[case]
+            mode, stack = CASES[case]
             if smoke and mode is not None:
                 continue  # compiling on the CPU takes minutes: the CUDA-graph case is for the GPU
             walls = {}
@@ -81,14 +82,15 @@ def section_w(settings: Settings) -> dict:
                 specs = _specs(data, epochs, mode, smoke)
                 t = time.perf_counter()
                 done = run_sweep(specs, Path(tmp) / f"{case}-{label}", workers=workers, threads=1, progress=False,
-                                 log=lambda _: None)
+                                 log=lambda _: None, stack=stack)
                 walls[label] = time.perf_counter() - t
                 status = {s: sum(r["status"] == s for r in done) for s in {r["status"] for r in done}}
                 print(f"section w: {case}, {label}: {walls[label]:.1f} s, {status}", file=sys.stderr, flush=True)
             per_epoch = walls[2] - walls[1]
             compiling = walls.get("cold", walls[1]) - walls[1]  # the first compilations, before the cache holds them
-            rows.append({"case": case, "compile_mode": mode, "runs": len(specs), "workers": workers,
+            rows.append({"case": case, "compile_mode": mode, "stacked": stack, "runs": len(specs), "workers": workers,
                          "cold_cache_extra_s": compiling, "wall_1_epoch_s": walls[1], "wall_2_epochs_s": walls[2],
                          "per_epoch_s": per_epoch, "status": status,
+                         "stack_sizes": sorted({r["stack"] or 1 for r in done}),
                          "projected_gpu_minutes": (compiling + walls[1] + (PAPER_EPOCHS - 1) * per_epoch) / 60})
     return {"rows": rows, "paper_epochs": PAPER_EPOCHS}

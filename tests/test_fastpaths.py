@@ -296,9 +296,11 @@ def test_benchmark_smoke_run_writes_its_json(tmp_path, sections):
         for r in h["rows"]:  # the forward MACs per image behind the fraction of matmul throughput
             assert r["macs_per_image"] == measured_macs(create_model(r["name"], num_classes=10, **r["options"]))
     if "w" in sections:
-        (w,) = result["sections"]["w"]["rows"]
-        assert w["case"] == "eager" and w["runs"] == 2 and w["status"] == {"finished": 2}
-        assert w["wall_2_epochs_s"] > 0 and w["wall_1_epoch_s"] > 0
+        rows = result["sections"]["w"]["rows"]  # the compiled cases are for the GPU
+        assert [(w["case"], w["stack_sizes"]) for w in rows] == [("eager", [1]), ("stacked", [2])]
+        for w in rows:  # two seeds of one point: one stack of 2 in the stacked case
+            assert w["runs"] == 2 and w["status"] == {"finished": 2}
+            assert w["wall_2_epochs_s"] > 0 and w["wall_1_epoch_s"] > 0
         assert bench.main(["--sections", "w", "--out-dir", str(out)]) == 2
     assert all("met" in t for t in result["targets"])
     assert (out / "toy.md").read_text().startswith("# pkmixer benchmarks")

@@ -60,6 +60,15 @@ def test_forward_equals_members(case, dtype, atol):
         torch.testing.assert_close(out[k], model(x[k]), atol=atol, rtol=0)
 
 
+@pytest.mark.parametrize("case", [c for c in CASES if not c.startswith("swmlp_csr")])
+def test_stacked_models_compile_to_one_graph(case):
+    """torch.compile traces the stacked model (the RP members' gathers included) as one graph with no breaks, as
+    the solo models (tests/test_engine.py): a stacked run with run.compile fuses the whole forward. CSR weights
+    break the graph at each sparse product (their shapes depend on the masks), as they do alone."""
+    explained = torch._dynamo.explain(stack_models(members(case)))(images(3, 4))
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
 def test_rp_members_keep_their_own_permutations():
     models = members("rp_smixer")
     stack = stack_models(models)

@@ -112,6 +112,26 @@ def test_stacked_runs_equal_solo_runs(solo, tmp_path):
     assert not torch.equal(a["blocks.0.token.mixing.in_index"], b["blocks.0.token.mixing.in_index"])
 
 
+@pytest.mark.slow  # inductor compiles the stacked model's C++ kernels: about a minute
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_compiled_stack_equals_solo_runs(solo, tmp_path, mode):
+    """run.compile compiles the stacked model (on the CPU reduce-overhead's CUDA graphs are skipped, its step
+    marks are not): each member's epochs equal its eager solo run's to float rounding, and its checkpoint is the
+    uncompiled model's, which loads alone."""
+    dirs = [tmp_path / f"s{s}" for s in SEEDS[:2]]
+    compile_ = {"run.compile": True, "run.compile_mode": mode}
+    summaries = train_stack([cfg(s, **compile_) for s in SEEDS[:2]], dirs, **QUIET)
+    assert [s["status"] for s in summaries] == ["finished"] * 2
+    for s, d in zip(SEEDS, dirs):
+        ours, theirs = outcome(d)["metrics"], outcome(solo / f"s{s}")["metrics"]
+        assert [r["epoch"] for r in ours] == [r["epoch"] for r in theirs] == [1, 2]
+        for a, b in zip(ours, theirs):
+            assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
+            assert a["test_error"] == pytest.approx(b["test_error"], abs=2 / 128)
+        close(read_checkpoint(d / "checkpoints" / "latest.pt")["state_dict"],
+              read_checkpoint(solo / f"s{s}" / "checkpoints" / "latest.pt")["state_dict"], f"seed {s}")
+
+
 def test_stopped_stack_resumes_alone_and_restacked(solo, tmp_path):
     dirs = [tmp_path / f"s{s}" for s in SEEDS]
     summaries = train_stack([cfg(s) for s in SEEDS], dirs, stop_after=1, **QUIET)
@@ -253,7 +273,6 @@ def test_refuses_runs_that_differ_in_more_than_seeds(tmp_path, extra, words):
 
 @pytest.mark.parametrize("extra, words", [
     ({"data.pipeline": "per-sample"}, "resident data pipeline"),
-    ({"run.compile": True}, "run.compile"),
     ({"model.drop_path_rate": 0.1}, "dropout or stochastic depth"),
 ])
 def test_refuses_what_cannot_stack(tmp_path, extra, words):

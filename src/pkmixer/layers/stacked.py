@@ -265,8 +265,12 @@ class StackedPKMixing(nn.Module):
         return y.view(K, B, self.other, self.out_features)
 
     def gather_pairs(self) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-        """(J, J⁻¹) of J₁ and J₂, per member; cached until a buffer is replaced, moved or loaded."""
+        """(J, J⁻¹) of J₁ and J₂, per member; cached until a buffer is replaced, moved or loaded. Under
+        torch.compile derived in the graph instead, as :meth:`PKMixing.gather_pairs` does (the cache key reads
+        storage pointers)."""
         bufs = (self.in_index, self.out_index)
+        if torch.compiler.is_compiling():
+            return tuple((b.long(), torch.argsort(b, dim=1)) for b in bufs)
         key = tuple((b.data_ptr(), b.device, b._version) for b in bufs)
         cached = self.__dict__.get("_gather_cache")
         if cached is None or cached[0] != key:

@@ -26,8 +26,11 @@ is not finite stops there alone, as a solo run would: ``summary.json`` says ``di
 checkpoints stay those of the epoch before; the others restack and go on.
 
 Refused (:class:`~pkmixer.errors.ConfigError`): configs that differ in anything but :data:`PER_MEMBER`; the
-per-sample pipeline (the resident one only); ``run.compile``; several processes (torchrun); and whatever
-:func:`~pkmixer.train.stack.stack_models` refuses. Tested in tests/test_stack_runs.py.
+per-sample pipeline (the resident one only); several processes (torchrun); and whatever
+:func:`~pkmixer.train.stack.stack_models` refuses. ``run.compile`` compiles the stacked model as
+:func:`~pkmixer.train.engine.compiled` compiles a solo run's (the optimiser step and the Polyak average stay eager,
+as there): fewer, fused kernels for the launch-bound small runs on a GPU (issue 15 item 4). Tested in
+tests/test_stack_runs.py.
 """
 from __future__ import annotations
 
@@ -52,7 +55,7 @@ from ..checkpoint import read_checkpoint
 from ..errors import ConfigError
 from . import distributed as dist_
 from .config import TrainConfig
-from .engine import StepEngine, autocast, evaluate
+from .engine import StepEngine, autocast, compiled, evaluate
 from .loop import (OpenRun, claim_run, end_epoch_writes, open_run, prepare_run, resolve_auto_data, rng_state,
                    seed_everything, set_threads, start_files, write_diverged, write_summary)
 from .rundir import RunDir
@@ -101,8 +104,6 @@ def check_stackable(cfgs: list[TrainConfig]) -> None:
     c = cfgs[0]
     if c.data.pipeline == "per-sample":
         raise ConfigError("stacked runs need the resident data pipeline; data.pipeline=per-sample cannot be stacked")
-    if c.run.compile:
-        raise ConfigError("stacked runs do not carry run.compile; set it to false")
 
 
 # ---- losses and optimiser state ---------------------------------------------------------------------------
@@ -141,6 +142,7 @@ class _Member:
 class _Stack:
     members: list[_Member]
     model: StackedModel
+    net: nn.Module  # what the steps call: the model, compiled with run.compile
     optimizer: MemberOptimizer
     ema: ModelEmaV3 | None  # the stacked Polyak average (optim.ema_decay), as each member's engine keeps its own
 
@@ -162,7 +164,8 @@ def _restack(group: list[_Member], ctx: dist_.Context) -> _Stack:
     if first.cfg.optim.ema_decay is not None:
         ema = ModelEmaV3(model, decay=first.cfg.optim.ema_decay)
         ema.module.load_state_dict(stack_models([m.r.engine.ema.module for m in group]).state_dict())
-    return _Stack(group, model, optimizer, ema)
+    net = compiled(model, first.cfg.run.compile_mode) if first.cfg.run.compile else model
+    return _Stack(group, model, net, optimizer, ema)
 
 
 def _unstack(stack: _Stack) -> None:
@@ -194,14 +197,14 @@ def _train_epoch(stack: _Stack, epoch: int, ctx: dist_.Context) -> list[float]:
     engines = stack.engines
     cfg, steps, K = engines[0].cfg, engines[0].steps_per_epoch, len(engines)
     lrs = _member_lrs(engines, epoch, next(stack.model.parameters()))
-    stack.model.train()
+    stack.net.train()
     loss_sum = torch.zeros(K, dtype=torch.float64, device=ctx.device)
     seen = 0
     for i, batches in enumerate(zip(*(e.train_feed.epoch(epoch) for e in engines), strict=True)):
         images = torch.stack([b[0] for b in batches])
         targets = torch.stack([b[1] for b in batches])
         with autocast(cfg, ctx.device):
-            losses = member_losses(engines[0].criterion, stack.model(images), targets)
+            losses = member_losses(engines[0].criterion, stack.net(images), targets)
         stack.optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()  # each member's gradient is its own loss's
         if cfg.optim.clip_grad is not None:
@@ -223,7 +226,7 @@ def _test_batches(engines: list[StepEngine]):
 def _evaluate(stack: _Stack, ctx: dist_.Context) -> list[dict[str, float]]:
     """Each member's :meth:`StepEngine.evaluate`: its weights, and their Polyak average when kept."""
     engines, K = stack.engines, len(stack.members)
-    results = evaluate(stack.model, _test_batches(engines), ctx, engines[0].cfg, members=K)
+    results = evaluate(stack.net, _test_batches(engines), ctx, engines[0].cfg, members=K)
     if stack.ema is not None:
         averages = evaluate(stack.ema.module, _test_batches(engines), ctx, engines[0].cfg, members=K)
         for result, ema in zip(results, averages):
