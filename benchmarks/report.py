@@ -272,9 +272,8 @@ def markdown(result: dict) -> str:
                  f"{r['wall_1_epoch_s']:.0f} s",
                  f"{r['wall_2_epochs_s']:.0f} s", f"{r['per_epoch_s']:.1f} s", f"{r['projected_gpu_minutes']:.0f}"]
                 for r in s["w"]["rows"]]
-        lines += _table(["case", "runs", "runs a job", "jobs at a time", "cold-cache extra", "1 epoch", "2 epochs", "an epoch more",
-                         "projected GPU-min"],
-                        rows)
+        lines += _table(["case", "runs", "runs a job", "jobs at a time", "cold-cache extra", "1 epoch", "2 epochs",
+                         "an epoch more", "projected GPU-min"], rows)
         lines.append("")
     lines += ["## Targets", ""]
     rows = [[t["target"], t["goal"], f"{t['value']:.3f}×" if "%" not in t["goal"] else f"{100 * t['value']:+.1f} %",
