@@ -15,6 +15,8 @@ from pkmixer.train.config import OptimConfig
 from pkmixer.train.stack import (MemberOptimizer, TensorData, build_optimizer, clip_member_grads_, stack_models,
                                  train_one, train_stacked)
 
+from conftest import forked
+
 SMALL = dict(num_classes=10, depth=2, embed_dim=16)
 CASES = {
     "smixer": ("smixer_t4_28", dict(SMALL, num_tokens=24)),
@@ -64,9 +66,13 @@ def test_forward_equals_members(case, dtype, atol):
 def test_stacked_models_compile_to_one_graph(case):
     """torch.compile traces the stacked model (the RP members' gathers included) as one graph with no breaks, as
     the solo models (tests/test_engine.py): a stacked run with run.compile fuses the whole forward. CSR weights
-    break the graph at each sparse product (their shapes depend on the masks), as they do alone."""
-    explained = torch._dynamo.explain(stack_models(members(case)))(images(3, 4))
-    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    break the graph at each sparse product (their shapes depend on the masks), as they do alone. Traced in a forked
+    child: dynamo's state in this process makes a later forked kill test's backward refuse to run."""
+    def trace():
+        explained = torch._dynamo.explain(stack_models(members(case)))(images(3, 4))
+        assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+    assert forked(trace) == 0  # exit 3: it raised
 
 
 def test_rp_members_keep_their_own_permutations():

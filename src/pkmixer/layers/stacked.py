@@ -269,13 +269,13 @@ class StackedPKMixing(nn.Module):
         torch.compile derived in the graph instead, as :meth:`PKMixing.gather_pairs` does (the cache key reads
         storage pointers)."""
         bufs = (self.in_index, self.out_index)
+        pairs = lambda: tuple((b.long(), torch.argsort(b, dim=1)) for b in bufs)  # argsort of a permutation: inverse
         if torch.compiler.is_compiling():
-            return tuple((b.long(), torch.argsort(b, dim=1)) for b in bufs)
+            return pairs()
         key = tuple((b.data_ptr(), b.device, b._version) for b in bufs)
         cached = self.__dict__.get("_gather_cache")
         if cached is None or cached[0] != key:
-            pairs = tuple((b.long(), torch.argsort(b, dim=1)) for b in bufs)  # argsort of a permutation: inverse
-            cached = self.__dict__["_gather_cache"] = (key, pairs)
+            cached = self.__dict__["_gather_cache"] = (key, pairs())
         return cached[1]
 
     def extra_repr(self) -> str:

@@ -4,7 +4,7 @@
 Command::
 
     pkmixer reproduce table1 --scale paper --dataset cifar10   # also cifar100; imagenet for the lower table
-    pkmixer reproduce table1 --scale medium                     # all of Fashion-MNIST, 5 seeds (about 60 min, 2 cores)
+    pkmixer reproduce table1 --scale medium                     # all of Fashion-MNIST, 5 seeds (90 min on 2 loaded cores)
     pkmixer reproduce table1 --scale small                      # Fashion-MNIST analogue, CPU minutes
     pkmixer reproduce table1 --scale smoke
 
