@@ -111,6 +111,11 @@ def test_report_rerenders(smoke_dir, tmp_path, capsys):
     code, out, _ = run_main(capsys, "report", str(copy))
     assert code == 0 and f"figure: {copy / 'report' / 'fig5.svg'}" in out
     assert (copy / "report" / "report.md").read_text() == (smoke_dir / "report" / "report.md").read_text()
+    # the same results: rendered again all the same (the preset's analysis may have changed), not "up to date"
+    (copy / "report" / "report.md").write_text("an older analysis\n")
+    code, out, _ = run_main(capsys, "report", str(copy))
+    assert code == 0 and "up to date" not in out
+    assert (copy / "report" / "report.md").read_text() == (smoke_dir / "report" / "report.md").read_text()
     # other results (here: a run's last test error edited) and a report on disk: refused without --overwrite
     metrics = copy / "runs" / "swmlp-o512-m23-s0" / "metrics.jsonl"
     line = json.loads(metrics.read_text())

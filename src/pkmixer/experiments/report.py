@@ -136,8 +136,12 @@ def report_paths(sweep_dir: Path, analysis: Analysis | None = None) -> dict[str,
 
 
 def write_report(analysis: Analysis, sweep_dir: Path, *, preset: Preset, scale: str, dataset: str | None,
-                 command: str, rows: Sequence[dict], overwrite: bool = False) -> dict[str, Any]:
-    """Save ``analysis`` in ``<sweep_dir>/report/``; returns the paths, verdict and whether it was up to date."""
+                 command: str, rows: Sequence[dict], overwrite: bool = False,
+                 refresh: bool = False) -> dict[str, Any]:
+    """Save ``analysis`` in ``<sweep_dir>/report/``; returns the paths, verdict and whether it was up to date.
+    A report made from the same results is left as it is (up to date) unless ``refresh`` (``pkmixer report``,
+    e.g. after an edit of the preset's analysis); one made from other results is replaced only with
+    ``overwrite``."""
     sweep_dir = Path(sweep_dir)
     folder = sweep_dir / REPORT_DIR
     stamp = fingerprint(rows, preset=preset.name, scale=scale, dataset=dataset)
@@ -145,9 +149,10 @@ def write_report(analysis: Analysis, sweep_dir: Path, *, preset: Preset, scale: 
                "verdicts": [v.as_dict() for v in analysis.verdicts]}
     if folder.exists():
         previous = _read_analysis(folder)
-        if previous is not None and previous.get("fingerprint") == stamp and not overwrite:
+        same = previous is not None and previous.get("fingerprint") == stamp
+        if same and not (overwrite or refresh):
             return {**report_paths(sweep_dir), **summary, "up_to_date": True}
-        if not overwrite:
+        if not (same or overwrite):
             raise ConfigError(f"{folder} exists (made from other results); pass --overwrite to replace it")
     for stem in [*analysis.figures, *analysis.tables]:
         if not stem or "/" in stem or stem.startswith(".") or stem in ("report", "analysis"):

@@ -134,7 +134,8 @@ def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, da
 
 
 def rerender(sweep_dir: str | Path, overwrite: bool = False) -> dict[str, Any]:
-    """Render the report of an existing sweep directory again from its runs, without training."""
+    """Render the report of an existing sweep directory again from its runs, without training (always: the
+    preset's analysis may have changed since; a report from other results needs ``overwrite``)."""
     sweep_dir = Path(sweep_dir)
     info = read_sweep(sweep_dir)["info"]
     if not info.get("preset"):
@@ -143,6 +144,6 @@ def rerender(sweep_dir: str | Path, overwrite: bool = False) -> dict[str, Any]:
     rows = load_rows(sweep_dir)
     analysis = preset.analyze(rows, sweep_dir, info["scale"])
     report = write_report(analysis, sweep_dir, preset=preset, scale=info["scale"], dataset=info.get("dataset"),
-                          command=info.get("command", ""), rows=rows, overwrite=overwrite)
+                          command=info.get("command", ""), rows=rows, overwrite=overwrite, refresh=True)
     return {"preset": preset.name, "scale": info["scale"], "dataset": info.get("dataset"), "out": str(sweep_dir),
             "runs": len(rows), "finished": sum(r["status"] == "finished" for r in rows), **report}

@@ -39,8 +39,8 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from ..preset import Analysis, Preset, register_preset
-from ..stats import (Rule, aggregate, bootstrap_verdict, format_mean_std, gap, interval_text, overall,
-                     per_seed_difference, per_seed_table, summary)
+from ..stats import (Rule, aggregate, bootstrap_interval, bootstrap_verdict, format_mean_std, gap, interval_text,
+                     overall, per_seed_difference, per_seed_table, summary)
 from ..sweep import RunSpec
 from . import recipes
 from .measures import finished
@@ -126,7 +126,7 @@ class FigS4(Preset):
         if scale == "smoke":
             verdict += " (Smoke scale: too short to decide.)"
         data = ", ".join(sorted({str(r.get("dataset")) for r in rows}))
-        return Analysis(figures={"figs4": _bars(points, normal, data)}, tables={"figs4": table}, numbers=numbers,
+        return Analysis(figures={"figs4": _figure(points, normal, done, data)}, tables={"figs4": table}, numbers=numbers,
                         verdict=verdict, supported=supported, verdicts=verdicts)
 
 
@@ -156,11 +156,13 @@ def _verdicts(done: list[dict], blocks: list[int]) -> list:
                               statistic=upper)]
 
 
-def _bars(points: list[dict], normal: dict | None, data: str) -> Figure:
-    """Mean test error ± std of each variant, the normal S-Mixer's as a dashed line."""
+def _figure(points: list[dict], normal: dict | None, done: list[dict], data: str) -> Figure:
+    """Left: mean test error ± std of each variant, the normal S-Mixer's as a dashed line. Right: each variant's
+    error minus the normal S-Mixer's, paired over seeds, with its 90 % paired-bootstrap interval (the differences
+    the verdict reads; the bars hide them when they are small against the error itself)."""
     order = sorted(points, key=lambda p: (p["rp_block"] is None and p["model"] != "S-Mixer", p["rp_block"] or 0))
-    fig = Figure(figsize=(6.0, 3.8))
-    ax = fig.add_subplot()
+    fig = Figure(figsize=(10.0, 3.8))
+    ax, diff = fig.subplots(1, 2)
     colours = ["tab:red" if p["model"] == "S-Mixer" else "tab:orange" if p["rp_block"] is None else "tab:olive"
                for p in order]
     ax.bar(range(len(order)), [100 * p["mean"] for p in order], yerr=[100 * (p["std"] or 0) for p in order],
@@ -170,4 +172,19 @@ def _bars(points: list[dict], normal: dict | None, data: str) -> Figure:
     ax.set_xticks(range(len(order)), [p["model"] for p in order], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("test error (%)")
     ax.set_title(f"Fig. S.4: one RP block in a normal S-Mixer ({data})", fontsize=10)
+    normal_runs = [r for r in done if r["model"] == "S-Mixer"]
+    others = [(k, p) for k, p in enumerate(order) if p["model"] != "S-Mixer"]
+    for k, p in others:
+        seeds = per_seed_difference([r for r in done if r["model"] == p["model"]], normal_runs)
+        if len(seeds) >= 2:
+            estimate, (low, high) = bootstrap_interval(list(seeds.values()), level=LEVEL)
+            diff.errorbar([k], [100 * estimate], yerr=[[100 * (estimate - low)], [100 * (high - estimate)]],
+                          fmt="o", color=colours[k], capsize=3)
+        elif seeds:
+            diff.plot([k], [100 * next(iter(seeds.values()))], "o", color=colours[k])
+    diff.axhline(0.0, color="tab:red", linestyle="--", linewidth=1)
+    diff.set_xticks([k for k, _ in others], [p["model"] for _, p in others], rotation=30, ha="right", fontsize=8)
+    diff.set_ylabel("error − S-Mixer's (points)")
+    diff.set_title(f"paired over seeds, {100 * LEVEL:g} % intervals", fontsize=10)
+    fig.tight_layout()
     return fig
