@@ -380,7 +380,8 @@ def test_evaluation_pipeline_matches_build_transform(tmp_path, eval_crop):
 
 
 def test_what_has_no_batched_version_is_refused():
-    for kw, match in ((dict(auto_augment="cifar10"), "auto_augment"), (dict(rand_augment="rand-m9"), "timm"),
+    assert ba.build_batch_augment(CIFAR, train=True, img_size=32, in_chans=3, auto_augment="cifar10").auto is not None
+    for kw, match in ((dict(auto_augment="bogus"), "auto_augment"), (dict(rand_augment="rand-m9"), "timm"),
                       (dict(random_resized_crop=(0.5, 1.0)), "random_resized_crop"),
                       (dict(rand_augment="bogus"), "RandAugment policy"), (dict(mixup_alpha=-1), "mixup_alpha")):
         with pytest.raises(ConfigError, match=match):

@@ -145,14 +145,16 @@ def test_auto_pipeline_is_resident_where_it_can_be(tmp_path):
     data = build_dataset("synthetic", "train", subset=64)
     assert choose_feed(build_config(None, {**SYNTH, "data.crop_padding": 4, "data.hflip": True}), model,
                        data, True) is ResidentFeed
-    auto_augment = build_config(None, {**SYNTH, "data.auto_augment": "cifar10"})
-    assert choose_feed(auto_augment, model, data, True) is PerSampleFeed
-    assert choose_feed(auto_augment, model, data, False) is ResidentFeed  # the test split has no augmentation
+    auto_augment = build_config(None, {**SYNTH, "data.auto_augment": "cifar10"})  # batched: pkmixer.data.auto_augment
+    assert choose_feed(auto_augment, model, data, True) is ResidentFeed
+    timm = build_config(None, {**SYNTH, "data.rand_augment": "rand-m9-mstd0.5-inc1"})  # no batched version
+    assert choose_feed(timm, model, data, True) is PerSampleFeed
+    assert choose_feed(timm, model, data, False) is ResidentFeed  # the test split has no augmentation
     from pkmixer.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="data.pipeline=resident: .*auto_augment"):
-        choose_feed(build_config(None, {**SYNTH, "data.auto_augment": "cifar10", "data.pipeline": "resident"}),
-                    model, data, True)
+    with pytest.raises(ConfigError, match="data.pipeline=resident: .*RandAugment"):
+        choose_feed(build_config(None, {**SYNTH, "data.rand_augment": "rand-m9-mstd0.5-inc1",
+                                        "data.pipeline": "resident"}), model, data, True)
 
 
 def test_resident_pipeline_with_augmentation_learns_and_resumes_exactly(tmp_path):

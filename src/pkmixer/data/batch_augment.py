@@ -8,15 +8,16 @@ batch as stored (uint8, or float in [0, 1] for digits / synthetic, (n, C, H, W))
 two steps, kept apart so that tests can feed the same draws to the per-sample operations:
 
 * :meth:`BatchAugment.draw` - every random choice of a *global* batch of ``global_size`` images, as tensors on
-  the device (crop offsets, flip bits, RandAugment op ids / signs / cutout centres, erasing boxes and noise) and,
-  for mixup, the per-batch scalars (timm's ``mode="batch"``: one λ, one cutmix box per batch). Each stage draws
-  from its own generator, seeded from a hash of (seed, epoch, step, member, stage): the same key gives the same
-  draws on any number of processes and after a resume, another member gets other draws, and turning one
-  augmentation on does not move another's draws. Generators run on the images' device, so a CPU run and a CUDA
-  run draw differently (each reproducibly).
+  the device (crop offsets, flip bits, AutoAugment sub-policies / apply bits / signs, RandAugment op ids / signs /
+  cutout centres, erasing boxes and noise) and, for mixup, the per-batch scalars (timm's ``mode="batch"``: one λ,
+  one cutmix box per batch). Each stage draws from its own generator, seeded from a hash of (seed, epoch, step,
+  member, stage): the same key gives the same draws on any number of processes and after a resume, another
+  member gets other draws, and turning one augmentation on does not move another's draws. Generators run on the
+  images' device, so a CPU run and a CUDA run draw differently (each reproducibly).
 * :meth:`BatchAugment.apply` - the operations, for this process's slice of those draws.
 
-Per stage, against the per-sample pipeline (``tests/test_device_data.py`` checks each with the same draws):
+Per stage, against the per-sample pipeline (``tests/test_device_data.py`` checks each with the same draws,
+``tests/test_auto_augment.py`` AutoAugment):
 
 =====================  ====================================================================================
 in_chans conversion    grey -> RGB repeats; RGB -> grey is PIL's ``convert("L")`` for bytes (exact integer
@@ -26,6 +27,12 @@ resize                 ``F.interpolate(antialias=True)`` bilinear / bicubic, rou
                        bicubic); floats as torchvision's tensor path (exact)
 random crop, padding   zero padding, per-image offsets, gathered by index (exact)
 horizontal flip        per-image bit (exact)
+v2 AutoAugment         :mod:`pkmixer.data.auto_augment`: torchvision's CIFAR10 / IMAGENET / SVHN policies, the
+                       sub-policy, apply bits and signs per image; level tables, float32 blends, one per-image
+                       source-pixel map for the geometric ops (exact: bit-identical to v2's uint8 tensor kernels;
+                       on floats too, but Sharpness within 1e-6). The per-sample pipeline runs v2's PIL kernels
+                       on stored data: against those within 1 level, except shears (pixels moved by one at
+                       rounding ties) and Solarize at its threshold level (``tests/test_auto_augment.py``)
 bigvision RandAugment  :mod:`pkmixer.data.randaugment`'s 16 operations on whole batches, op ids, signs and
                        cutout centres per image and layer; rotate / shear / translate through one per-image
                        affine map of the output grid with big_vision's nearest-neighbour rounding (half away
@@ -40,10 +47,10 @@ mixup / cutmix         timm's Mixup, mode="batch": one λ ~ Beta(α, α) per bat
                        both are uniformly random pairings.
 =====================  ====================================================================================
 
-Not batched (a :class:`ConfigError` says so; they keep the per-sample path): torchvision's AutoAugment policies,
-timm's ``rand-...`` RandAugment, the Inception random-resized crop. The batched operations make no host
-synchronisation: no ``.item()``, no Python branch on a tensor's value; the mixup scalars are drawn on the host
-from NumPy (like timm) and enter the kernels as Python numbers.
+Not batched (a :class:`ConfigError` says so; they keep the per-sample path): timm's ``rand-...`` RandAugment, the
+Inception random-resized crop. The batched operations make no host synchronisation: no ``.item()``, no Python
+branch on a tensor's value; the mixup scalars are drawn on the host from NumPy (like timm) and enter the kernels
+as Python numbers.
 """
 from __future__ import annotations
 
@@ -56,11 +63,12 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
+from . import auto_augment as aa
 from . import randaugment as ra
 from .datasets import DatasetInfo
 from .transforms import _channel_stats, build_mixup, build_transform
 
-STAGES = {"crop": 1, "flip": 2, "rand_augment": 3, "erase": 4, "mix": 5}
+STAGES = {"crop": 1, "flip": 2, "rand_augment": 3, "erase": 4, "mix": 5, "auto_augment": 6}  # append only
 ERASE_ATTEMPTS = 10  # timm's RandomErasing
 ERASE_AREA = (0.02, 1 / 3)  # timm's defaults (min_area, max_area)
 ERASE_LOG_ASPECT = (math.log(0.3), math.log(1 / 0.3))
@@ -117,6 +125,7 @@ class Draws:
     centers: torch.Tensor | None = None  # (n, L, 2) int64 Cutout centre (row, column)
     erase: ErasingDraw | None = None
     mix: MixDraw | None = None
+    auto: aa.AutoAugmentDraw | None = None  # (n,) sub-policy, (n, 2) apply bits and signs
 
     def __getitem__(self, part: slice) -> Draws:
         """The draws of images ``part`` of the batch (a process's slice); mixup's are per batch."""
@@ -481,9 +490,10 @@ class BatchAugment:
     as stored. See the module docstring."""
 
     def __init__(self, info: DatasetInfo, *, train: bool, img_size: int, in_chans: int, crop_padding: int | None,
-                 hflip: bool, rand_augment: str | None, random_erasing: float, resize: int | None,
-                 eval_crop: str | None, crop_pct: float, interpolation: str, normalize: bool, mixup_alpha: float,
-                 cutmix_alpha: float, switch_prob: float, label_smoothing: float, num_classes: int) -> None:
+                 hflip: bool, auto_augment: str | None, rand_augment: str | None, random_erasing: float,
+                 resize: int | None, eval_crop: str | None, crop_pct: float, interpolation: str, normalize: bool,
+                 mixup_alpha: float, cutmix_alpha: float, switch_prob: float, label_smoothing: float,
+                 num_classes: int) -> None:
         self.train, self.img_size, self.in_chans = train, img_size, in_chans
         self.interpolation, self.normalize = interpolation, normalize
         self.mean, self.std = _channel_stats(info, in_chans)
@@ -493,11 +503,12 @@ class BatchAugment:
             self.cropping = crop_padding is not None or self.side > img_size
             self.hflip = hflip
             self.table = RandAugmentTable(rand_augment, img_size) if rand_augment else None
+            self.auto = aa.AutoAugmentTable(auto_augment, img_size) if auto_augment else None
             self.erasing = float(random_erasing)
             self.mixing = mixup_alpha > 0 or cutmix_alpha > 0
         else:
             self.side = math.floor(img_size / crop_pct) if eval_crop else (resize or img_size)
-            self.padding, self.cropping, self.hflip, self.table = 0, False, False, None
+            self.padding, self.cropping, self.hflip, self.table, self.auto = 0, False, False, None, None
             self.erasing, self.mixing = 0.0, False
         self.mixup_alpha, self.cutmix_alpha, self.switch_prob = float(mixup_alpha), float(cutmix_alpha), switch_prob
         self.label_smoothing, self.num_classes = float(label_smoothing), num_classes
@@ -513,7 +524,8 @@ class BatchAugment:
 
     @property
     def random(self) -> bool:
-        return self.cropping or self.hflip or self.table is not None or self.erasing > 0 or self.mixing
+        return (self.cropping or self.hflip or self.auto is not None or self.table is not None or self.erasing > 0
+                or self.mixing)
 
     def draw(self, global_size: int, *, seed: int, epoch: int, step: int, member: int = 0,
              device: str | torch.device = "cpu") -> Draws:
@@ -526,6 +538,8 @@ class BatchAugment:
             out["crop"] = draw_crop(n, (span, span), gen("crop"))
         if self.hflip:
             out["flip"] = draw_flip(n, gen("flip"))
+        if self.auto is not None:
+            out["auto"] = aa.draw_auto_augment(n, self.auto, gen("auto_augment"))
         if self.table is not None:
             out["ops"], out["negate"], out["centers"] = draw_rand_augment(n, self.table.layers, (size, size),
                                                                           gen("rand_augment"))
@@ -548,6 +562,8 @@ class BatchAugment:
             x = center_crop(x, self.img_size)
         if self.hflip:
             x = hflip(x, draws.flip)
+        if self.auto is not None:  # v2.AutoAugment: byte levels, or floats as the per-sample pipeline has them
+            x = aa.auto_augment(x, draws.auto, self.auto, as_bytes=as_bytes)
         if self.table is not None:
             if not as_bytes:  # the per-sample RandAugment rounds float images to bytes, and returns bytes
                 x, as_bytes = (x * 255).round().clamp(0, 255), True
@@ -591,6 +607,8 @@ class BatchAugment:
             parts.append(f"crop_padding={self.padding}")
         if self.hflip:
             parts.append("hflip")
+        if self.auto is not None:
+            parts.append(f"auto_augment={self.auto.name!r}")
         if self.table is not None:
             parts.append(repr(self.table.reference))
         if self.erasing:
@@ -619,9 +637,6 @@ def build_batch_augment(info: DatasetInfo, *, train: bool, img_size: int, in_cha
     if info.image_size is None:
         raise ConfigError(f"{info.title} has images of varying sizes; batched augmentation needs a resident data "
                           "set of one size - use the per-sample pipeline")
-    if train and auto_augment is not None:
-        raise ConfigError(f"auto_augment={auto_augment!r} has no batched version yet; use the per-sample pipeline "
-                          f"or rand_augment={ra.POLICY_PREFIX}-n2-m10")
     if train and rand_augment is not None and rand_augment.split("-")[0] != ra.POLICY_PREFIX:
         raise ConfigError(f"timm's RandAugment {rand_augment!r} has no batched version; use big_vision's "
                           f"({ra.POLICY_PREFIX}-n2-m15) or the per-sample pipeline")
@@ -629,7 +644,8 @@ def build_batch_augment(info: DatasetInfo, *, train: bool, img_size: int, in_cha
         raise ConfigError("random_resized_crop has no batched version; use the per-sample pipeline")
     interpolation = interpolation or "bilinear"  # natural_images data sets (bicubic) are refused above
     return BatchAugment(info, train=train, img_size=img_size, in_chans=in_chans, crop_padding=crop_padding,
-                        hflip=hflip, rand_augment=rand_augment if train else None,
+                        hflip=hflip, auto_augment=auto_augment if train else None,
+                        rand_augment=rand_augment if train else None,
                         random_erasing=random_erasing if train else 0.0, resize=resize,
                         eval_crop=eval_crop, crop_pct=crop_pct, interpolation=interpolation, normalize=normalize,
                         mixup_alpha=mixup_alpha if train else 0.0, cutmix_alpha=cutmix_alpha if train else 0.0,

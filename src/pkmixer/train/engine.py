@@ -292,7 +292,8 @@ def batch_augment_for(cfg: TrainConfig, model: nn.Module, train: bool, info):
 def choose_feed(cfg: TrainConfig, model: nn.Module, dataset, train: bool) -> type[PerSampleFeed] | type[ResidentFeed]:
     """``data.pipeline`` for one split: resident or per-sample as asked; auto takes resident where it can hold the
     data set and batch the split's transforms (a choice made from the config alone, never by timing). The splits
-    choose apart: a training set with AutoAugment goes per sample, its test set (no augmentation) stays batched."""
+    choose apart: a training set with timm's RandAugment goes per sample, its test set (no augmentation) stays
+    batched; AutoAugment is batched (:mod:`pkmixer.data.auto_augment`)."""
     if cfg.data.pipeline == "per-sample":
         return PerSampleFeed
     try:
