@@ -11,8 +11,9 @@ per-sample side runs in this process, as ``data.workers: 0`` does; workers divid
 number of free cores. Configurations:
 
 * ``crop-flip``: random crop with padding 4 and horizontal flip (App. C.4; configs/cifar10_smixer.yaml);
+* ``autoaugment``: crop-flip and torchvision's AutoAugment CIFAR10 policy (App. C.1: Figs. 2, 4, S.7, S.8);
 * ``all``: crop-flip, big_vision RandAugment n2 m15, random erasing 0.25, mixup 0.8 / cutmix 1.0, label
-  smoothing 0.1 (every batched stage).
+  smoothing 0.1 (the Mixer supplementary's stages).
 """
 from __future__ import annotations
 
@@ -31,9 +32,10 @@ from .common import Settings, interleaved, threads
 
 CONFIGS = {
     "crop-flip": dict(crop_padding=4, hflip=True),
+    "autoaugment": dict(crop_padding=4, hflip=True, auto_augment="cifar10"),
     "all": dict(crop_padding=4, hflip=True, rand_augment="bigvision-n2-m15", random_erasing=0.25),
 }
-MIX = {"crop-flip": None, "all": dict(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5, label_smoothing=0.1)}
+MIX = {"crop-flip": None, "autoaugment": None, "all": dict(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5, label_smoothing=0.1)}
 
 
 def cases(config: str, batch: int, settings: Settings) -> dict:
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"{args.device}, {args.threads} thread(s), batch {args.batch}: images/s (median of {args.repeats})")
         for config, row in out["configs"].items():
-            print(f"  {config:10s} per-sample {row['per-sample']['images_per_s']:9.0f}   batched "
+            print(f"  {config:11s} per-sample {row['per-sample']['images_per_s']:9.0f}   batched "
                   f"{row['batched']['images_per_s']:9.0f}   x{row['speedup']:.1f}")
     return 0
 

@@ -170,6 +170,23 @@ def test_resident_pipeline_with_augmentation_learns_and_resumes_exactly(tmp_path
         assert torch.equal(a["state_dict"][k], b["state_dict"][k]), k
 
 
+def test_a_resumed_run_keeps_the_pipeline_it_was_checkpointed_with(tmp_path):
+    """A run that data.pipeline=auto sent per sample (AutoAugment, before it had a batched version) goes on per
+    sample when resumed under code where auto resolves to resident: its augmentation draws stay its own."""
+    settings = {**SYNTH, "data.auto_augment": "cifar10", "schedule.epochs": 2, "data.pipeline": "per-sample"}
+    straight = loop.train(build_config(None, settings), tmp_path / "straight", log=quiet)
+    assert straight["pipeline"] == "per-sample"
+    loop.train(build_config(None, settings), tmp_path / "pieces", stop_after=1, log=quiet)
+    config = tmp_path / "pieces" / "config.yaml"  # as the older code wrote it: auto, resolved to per-sample
+    config.write_text(config.read_text().replace("pipeline: per-sample", "pipeline: auto"))
+    assert _latest(tmp_path / "pieces")["pipeline"] == "per-sample"
+    resumed = loop.train(None, tmp_path / "pieces", resume=True, log=quiet)
+    assert resumed["pipeline"] == "per-sample"
+    a, b = _latest(tmp_path / "straight"), _latest(tmp_path / "pieces")
+    for k in a["state_dict"]:
+        assert torch.equal(a["state_dict"][k], b["state_dict"][k]), k
+
+
 def test_a_head_with_fewer_classes_than_the_labels_is_refused_before_anything_is_written(tmp_path):
     from pkmixer.errors import ConfigError
 

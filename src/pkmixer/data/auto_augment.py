@@ -86,9 +86,8 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2.functional._geometry import _get_inverse_affine_matrix
 
 from ..errors import ConfigError
+from .transforms import AUTO_AUGMENT_POLICIES as POLICIES  # name -> torchvision's policy, one home
 
-POLICIES = {"cifar10": v2.AutoAugmentPolicy.CIFAR10, "imagenet": v2.AutoAugmentPolicy.IMAGENET,
-            "svhn": v2.AutoAugmentPolicy.SVHN}
 SPACE = v2.AutoAugment._AUGMENTATION_SPACE  # op -> (magnitude bins (num_bins, height, width), signed)
 OPS = tuple(SPACE)  # op ids index this, torchvision's order
 NUM_BINS = 10  # v2.AutoAugment.forward's magnitudes_fn(10, height, width)

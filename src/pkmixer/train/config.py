@@ -41,8 +41,8 @@ class DataConfig:
     eval_batch_size: int = 256
     workers: int = 0  # DataLoader worker processes (the per-sample pipeline)
     pipeline: Literal["auto", "resident", "per-sample"] = "auto"  # auto: the data set on the device as one tensor
-    #                     with batched augmentation when both are possible (not image folders, AutoAugment,
-    #                     timm's RandAugment, Inception crops), else a DataLoader with per-sample transforms
+    #                     with batched augmentation when both are possible (not image folders, timm's
+    #                     RandAugment, Inception crops), else a DataLoader with per-sample transforms
     crop_padding: int | None = None  # random crop after zero padding (App. C.4: CIFAR 4)
     hflip: bool = False  # random horizontal flip
     auto_augment: str | None = None  # AutoAugment policy: cifar10, imagenet or svhn

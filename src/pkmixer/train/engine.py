@@ -344,6 +344,7 @@ class StepEngine:
         if (d.mixup > 0 or d.cutmix > 0) and (d.batch_size // ctx.world) % 2:
             raise ConfigError(f"mixup and cutmix pair examples within a batch: data.batch_size={d.batch_size} "
                               f"must give an even batch per process")
+        self.train_set = train_set
         self.train_feed = choose_feed(cfg, model, train_set, True)(cfg, ctx, train_set, model, True)
         self.test_feed = choose_feed(cfg, model, test_set, False)(cfg, ctx, test_set, model, False)
         if len(self.train_feed) == 0:
@@ -379,13 +380,25 @@ class StepEngine:
         return self.optimizer.param_groups[0]["lr"]
 
     def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint needs beside the weights to continue exactly."""
-        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        """What a checkpoint needs beside the weights to continue exactly, the training set's pipeline among it
+        (its augmentation draws differ between the two)."""
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                 "pipeline": self.pipeline}
         if self.ema is not None:
             state["ema"] = {k: v.detach().cpu() for k, v in self.ema.module.state_dict().items()}
         return state
 
     def load_state_dict(self, state: dict[str, Any], where: Path) -> None:
+        """Restore ``state``. A run goes on with the training pipeline it was checkpointed with, which
+        ``data.pipeline: auto`` may resolve otherwise since (when a batched version of an augmentation is added);
+        checkpoints written before the pipeline was recorded keep today's choice."""
+        saved = state.get("pipeline")
+        if saved is not None and saved != self.pipeline:
+            if self.cfg.data.pipeline != "auto":
+                raise ConfigError(f"{where} was trained with the {saved} data pipeline, and data.pipeline="
+                                  f"{self.cfg.data.pipeline} would change its augmentation draws")
+            feed = {f.name: f for f in (PerSampleFeed, ResidentFeed)}[saved]
+            self.train_feed = feed(self.cfg, self.ctx, self.train_set, self.model, True)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.ema is not None:

@@ -37,7 +37,7 @@ Scales:
   images (each seed draws its own; a seed's two families share it), 60 epochs, all 10 000 test images; estimated
   65 min on 2 cores (0.19 ms per training and 0.06 ms per test image on one core, timed beside another job).
   S.7: 2 000 training and 2 000 test images, 50 epochs; estimated at most 100 min (AutoAugment's per-image
-  pipeline: 1.7 ms per training image; 0.8 ms per test image when estimated, since the test set went batched). On all 60 000 images the 20 epochs that 2 cores afford end with training losses of 0.02-0.18,
+  pipeline before its batched version: 1.7 ms per training image; 0.8 ms per test image when estimated, since the test set went batched). On all 60 000 images the 20 epochs that 2 cores afford end with training losses of 0.02-0.18,
   where overfitting starts; on 10 000 images for 60 epochs every training loss ends below 0.005 and every test
   loss 0.22-0.67 above its minimum. On the bundled digits (when Fashion-MNIST is absent) all 1 438 images, 2.4
   times the epochs. No epoch-doubling check: the claims are how far the test loss rises with training, which the

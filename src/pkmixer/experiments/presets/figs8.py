@@ -29,8 +29,8 @@ Scales:
   small's 10 000 training images (each seed draws its own, shared by its two runs) for 40 epochs, tested on all
   10 000 test images, 5 seeds: 10 runs; the bundled digits (all 1 438, 96 epochs) when Fashion-MNIST is absent.
   The subset departs from medium scale's whole training set because the claim is about the late phase of long
-  training, where the normal model's test loss has stopped falling, and AutoAugment's per-image pipeline makes a
-  60 000-image epoch cost 100 s on one core (1.6 ms per training and 0.8 ms per test image, timed beside
+  training, where the normal model's test loss has stopped falling, and AutoAugment's per-image pipeline (before
+  its batched version) made a 60 000-image epoch cost 100 s on one core (1.6 ms per training and 0.8 ms per test image, timed beside
   another job, before the test set went through the batched pipeline): 2 h on 2 cores buy 14 epochs of it, and a GPU run on all 60 000 images found both test losses
   still falling after 5 epochs, where on 10 000 the normal model's had reached its minimum after 7 and the RP
   model's was still falling (one seed each, cut short; docs/reproduction.md). Estimated at most 80 min on 2 cores
