@@ -70,3 +70,20 @@ def test_cuda_graph_training_equals_eager(tmp_path, name):
     for eager, graphs in zip(rows["eager"], rows["reduce-overhead"], strict=True):
         assert graphs["train_loss"] == pytest.approx(eager["train_loss"], rel=1e-4)
         assert graphs["test_error"] == pytest.approx(eager["test_error"], abs=2 / eager["test_examples"])
+
+
+@pytest.mark.parametrize("channels, size", [(3, 32), (1, 28)])
+def test_batched_auto_augment_on_cuda_equals_v2s_cuda_kernels(channels, size):
+    """pkmixer.data.auto_augment argues that its byte path is exact on CUDA too (CUDA's ``add_(alpha=)`` fused as
+    the CPU's); this checks every slot of the CIFAR10 policy against v2's kernels on CUDA uint8 tensors."""
+    from test_auto_augment import kernel, slot_entries, varied_bytes
+
+    from pkmixer.data import auto_augment as aa
+
+    x = varied_bytes(8, size, channels, seed=size).cuda()
+    table = aa.AutoAugmentTable("cifar10", size)
+    for p, s, neg, op, m in slot_entries(table):
+        full = lambda v: torch.full((len(x),), v, device="cuda")  # noqa: E731
+        out = aa.auto_augment_slot(x.float(), full(int(table.ops[p, s])), (full(p), full(s), full(neg)), table)
+        for i in range(len(x)):
+            assert torch.equal(out[i], kernel("cifar10", x[i], op, m).float()), (op, m, i)
