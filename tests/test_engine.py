@@ -170,16 +170,23 @@ def test_resident_pipeline_with_augmentation_learns_and_resumes_exactly(tmp_path
         assert torch.equal(a["state_dict"][k], b["state_dict"][k]), k
 
 
-def test_a_resumed_run_keeps_the_pipeline_it_was_checkpointed_with(tmp_path):
+@pytest.mark.parametrize("recorded", [True, False])
+def test_a_resumed_run_keeps_the_pipeline_it_was_checkpointed_with(tmp_path, recorded):
     """A run that data.pipeline=auto sent per sample (AutoAugment, before it had a batched version) goes on per
-    sample when resumed under code where auto resolves to resident: its augmentation draws stay its own."""
+    sample when resumed under code where auto resolves to resident: its augmentation draws stay its own - whether
+    its checkpoint names the pipeline or predates that record."""
     settings = {**SYNTH, "data.auto_augment": "cifar10", "schedule.epochs": 2, "data.pipeline": "per-sample"}
     straight = loop.train(build_config(None, settings), tmp_path / "straight", log=quiet)
     assert straight["pipeline"] == "per-sample"
     loop.train(build_config(None, settings), tmp_path / "pieces", stop_after=1, log=quiet)
     config = tmp_path / "pieces" / "config.yaml"  # as the older code wrote it: auto, resolved to per-sample
     config.write_text(config.read_text().replace("pipeline: per-sample", "pipeline: auto"))
+    latest = tmp_path / "pieces" / "checkpoints" / "latest.pt"
     assert _latest(tmp_path / "pieces")["pipeline"] == "per-sample"
+    if not recorded:
+        payload = torch.load(latest, weights_only=True)
+        del payload["pipeline"]
+        torch.save(payload, latest)
     resumed = loop.train(None, tmp_path / "pieces", resume=True, log=quiet)
     assert resumed["pipeline"] == "per-sample"
     a, b = _latest(tmp_path / "straight"), _latest(tmp_path / "pieces")

@@ -390,9 +390,12 @@ class StepEngine:
 
     def load_state_dict(self, state: dict[str, Any], where: Path) -> None:
         """Restore ``state``. A run goes on with the training pipeline it was checkpointed with, which
-        ``data.pipeline: auto`` may resolve otherwise since (when a batched version of an augmentation is added);
-        checkpoints written before the pipeline was recorded keep today's choice."""
+        ``data.pipeline: auto`` may resolve otherwise since (when a batched version of an augmentation is added).
+        Checkpoints written before the pipeline was recorded ran AutoAugment per sample (it had no batched
+        version then) and everything else as ``auto`` chooses today."""
         saved = state.get("pipeline")
+        if saved is None and self.cfg.data.auto_augment is not None:
+            saved = PerSampleFeed.name
         if saved is not None and saved != self.pipeline:
             if self.cfg.data.pipeline != "auto":
                 raise ConfigError(f"{where} was trained with the {saved} data pipeline, and data.pipeline="
