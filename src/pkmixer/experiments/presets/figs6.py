@@ -4,8 +4,8 @@
 Command::
 
     pkmixer reproduce figs6 --scale paper    # S-Mixers (Fig. S.6); figs7: MLP-Mixers with AutoAugment (Fig. S.7)
-    pkmixer reproduce figs6 --scale medium   # 10 000 Fashion-MNIST images, 60 epochs, 5 seeds (estimated 65 min
-                                             # on 2 cores); figs7: 2 000 images, 50 epochs (estimated 100 min)
+    pkmixer reproduce figs6 --scale medium   # 10 000 Fashion-MNIST images, 60 epochs, 5 seeds (1.9 h on 2
+                                             # shared cores); figs7: 2 000 images, 50 epochs (estimated 100 min)
     pkmixer reproduce figs6 --scale small    # Fashion-MNIST, 2 000 training images, 15 epochs
     pkmixer reproduce figs6 --scale smoke
 
@@ -35,7 +35,8 @@ Scales:
   training subset trained long - a departure from medium scale's whole training set, since the claims need the
   overfitting regime of the paper's 600 epochs (the evidence: docs/reproduction.md). S.6: 10 000 Fashion-MNIST
   images (each seed draws its own; a seed's two families share it), 60 epochs, all 10 000 test images; estimated
-  65 min on 2 cores (0.19 ms per training and 0.06 ms per test image on one core, timed beside another job).
+  65 min on 2 cores (0.19 ms per training and 0.06 ms per test image on one core, timed beside another job);
+  it took 1.9 h, with the CI suite and other jobs on the same 2 cores for part of it.
   S.7: 2 000 training and 2 000 test images, 50 epochs; estimated at most 100 min (AutoAugment's per-image
   pipeline before its batched version: 1.7 ms per training image; 0.8 ms per test image when estimated, since the test set went batched). On all 60 000 images the 20 epochs that 2 cores afford end with training losses of 0.02-0.18,
   where overfitting starts; on 10 000 images for 60 epochs every training loss ends below 0.005 and every test
