@@ -126,8 +126,8 @@ class FigS4(Preset):
         if scale == "smoke":
             verdict += " (Smoke scale: too short to decide.)"
         data = ", ".join(sorted({str(r.get("dataset")) for r in rows}))
-        return Analysis(figures={"figs4": _figure(points, normal, done, data)}, tables={"figs4": table}, numbers=numbers,
-                        verdict=verdict, supported=supported, verdicts=verdicts)
+        return Analysis(figures={"figs4": _figure(points, normal, done, data)}, tables={"figs4": table},
+                        numbers=numbers, verdict=verdict, supported=supported, verdicts=verdicts)
 
 
 def _verdicts(done: list[dict], blocks: list[int]) -> list:
