@@ -21,7 +21,7 @@ from torchvision.transforms.v2 import functional as TF
 
 from pkmixer.data import auto_augment as aa
 from pkmixer.data import batch_augment as ba
-from pkmixer.data import ResidentBatches, build_transform, dataset_info, load_resident
+from pkmixer.data import build_transform, dataset_info, load_resident
 from pkmixer.errors import ConfigError
 
 CIFAR = dataset_info("cifar10")
@@ -334,18 +334,6 @@ def test_a_rank_slice_gets_the_rows_of_the_single_process_batch():
     d = aug.draw(32, seed=0, epoch=1, step=7)
     part = d[slice(8, 24)].auto
     assert torch.equal(part.policy, d.auto.policy[8:24]) and torch.equal(part.apply, d.auto.apply[8:24])
-
-
-def test_an_epoch_over_resident_data_runs_with_auto_augment():
-    data = load_resident("synthetic", "train", train_size=96, test_size=8)  # floats: v2's float kernels
-    aug = ba.build_batch_augment(data.info, **AUTO, random_erasing=0.25, mixup_alpha=0.8, cutmix_alpha=1.0)
-    batches = ResidentBatches(data, 32, seed=0, shuffle=True, drop_last=True)
-    batches.set_epoch(1)
-    for b in batches:
-        x, y = aug(b.images, b.labels, seed=0, epoch=1, step=b.step, rank_slice=b.rank_slice,
-                   global_size=b.global_size)
-        assert x.shape == (32, 3, 32, 32) and x.dtype == torch.float32 and torch.isfinite(x).all()
-        assert y.shape == (32, 10) and torch.allclose(y.sum(1), torch.ones(32))
 
 
 def test_the_batched_pipeline_with_auto_augment_never_reads_a_tensor_on_the_host():

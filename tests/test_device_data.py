@@ -330,9 +330,12 @@ def test_two_processes_see_the_images_of_one():
         aug(x[3:9], y[3:9], rank_slice=slice(3, 9), global_size=32)
 
 
-def test_an_epoch_over_resident_data_runs_with_every_augmentation():
+@pytest.mark.parametrize("policy", [dict(rand_augment="bigvision-n2-m15"), dict(auto_augment="cifar10")])
+def test_an_epoch_over_resident_data_runs_with_every_augmentation(policy):
+    """Every batched stage at once, with either policy (synthetic floats: AutoAugment's float kernels)."""
     data = load_resident("synthetic", "train", train_size=96, test_size=8)
-    aug = ba.build_batch_augment(data.info, **FULL)
+    settings = {k: v for k, v in FULL.items() if k != "rand_augment"}
+    aug = ba.build_batch_augment(data.info, **settings, **policy)
     batches = ResidentBatches(data, 32, seed=0, shuffle=True, drop_last=True)
     batches.set_epoch(1)
     for b in batches:
