@@ -220,3 +220,12 @@ def test_interval_text_signs_differences_not_ratios():
     ratio = interval_text([1.1, 0.9, 1.0, 1.2], signed=False)
     assert ratio.startswith("1.05, 90 % interval [") and "+" not in ratio
     assert interval_text([0.1, -0.3, 0.2]).startswith("+0.00, 90 % interval [−")
+
+
+def test_mean_std_prints_small_quantities_to_two_significant_figures():
+    """A slope of 1e-4 once printed as ``0.00 ± 0.00`` in the figs8 report."""
+    assert stats.format_mean_std({"mean": 1.8e-4, "std": 1.1e-4, "n": 5}) == "0.00018 ± 0.00011 (n=5)"
+    assert stats.format_mean_std({"mean": 0.1357, "std": 0.0026, "n": 5}) == "0.1357 ± 0.0026 (n=5)"
+    assert stats.format_mean_std({"mean": 0.1234, "std": 0.0056, "n": 3}, percent=True) == "12.34 ± 0.56 % (n=3)"
+    assert stats.format_mean_std({"mean": 3e-5, "std": None, "n": 1}) == "0.000030 (n=1)"
+    assert stats.format_mean_std({"mean": 0.5, "std": 0.0, "n": 2}, digits=1) == "0.5 ± 0.0 (n=2)"

@@ -71,11 +71,16 @@ def aggregate(rows: Sequence[dict], by: Sequence[str], value: str = "final_test_
     return [{**dict(zip(by, key)), **mean_std(values)} for key, values in groups.items()]
 
 
-def format_mean_std(stats: dict[str, Any], percent: bool = False, digits: int = 2) -> str:
-    """``12.34 ± 0.56 % (n=3)``; without a std (one seed): ``12.34 % (n=1)``."""
+def format_mean_std(stats: dict[str, Any], percent: bool = False, digits: int | None = None) -> str:
+    """``12.34 ± 0.56 % (n=3)``; without a std (one seed): ``12.34 % (n=1)``. ``digits`` decimals; by default
+    at least 2 and enough to show the std (else the mean) to 2 significant figures, so that a slope of 1e-4
+    does not print as ``0.00 ± 0.00``."""
     if stats.get("mean") is None:
         return "-"
     scale, unit = (100.0, " %") if percent else (1.0, "")
+    if digits is None:
+        size = abs(stats["std"] if stats.get("std") else stats["mean"]) * scale
+        digits = max(2, 1 - math.floor(math.log10(size))) if size > 0 and math.isfinite(size) else 2
     text = f"{stats['mean'] * scale:.{digits}f}"
     if stats.get("std") is not None:
         text += f" ± {stats['std'] * scale:.{digits}f}"
