@@ -4,7 +4,7 @@ Karakida App. D.7).
 Command::
 
     pkmixer reproduce figs8 --scale paper    # CIFAR-10
-    pkmixer reproduce figs8 --scale medium   # 10 000 Fashion-MNIST images, 40 epochs, 5 seeds (estimated 80 min)
+    pkmixer reproduce figs8 --scale medium   # 10 000 Fashion-MNIST images, 40 epochs, 5 seeds (32 min here)
     pkmixer reproduce figs8 --scale small    # Fashion-MNIST, CPU minutes
     pkmixer reproduce figs8 --scale smoke
 
@@ -30,12 +30,12 @@ Scales:
   10 000 test images, 5 seeds: 10 runs; the bundled digits (all 1 438, 96 epochs) when Fashion-MNIST is absent.
   The subset departs from medium scale's whole training set because the claim is about the late phase of long
   training, where the normal model's test loss has stopped falling, and AutoAugment's per-image pipeline (before
-  its batched version) made a 60 000-image epoch cost 100 s on one core (1.6 ms per training and 0.8 ms per test image, timed beside
-  another job, before the test set went through the batched pipeline): 2 h on 2 cores buy 14 epochs of it, and a GPU run on all 60 000 images found both test losses
-  still falling after 5 epochs, where on 10 000 the normal model's had reached its minimum after 7 and the RP
-  model's was still falling (one seed each, cut short; docs/reproduction.md). Estimated at most 80 min on 2 cores
-  (10 runs × 40 epochs × 23.5 s). No epoch-doubling check: the claim is the shape of the test-loss curves late
-  in training, which the report draws; doubling seed 0's two runs would take the preset to 110 min.
+  its batched version) made a 60 000-image epoch cost 100 s on one core (1.6 ms per training and 0.8 ms per test
+  image, timed beside another job): 2 h on 2 cores bought 14 epochs of it, and a GPU run on all 60 000 images
+  found both test losses still falling after 5 epochs, where on 10 000 the normal model's had reached its minimum
+  after 7 and the RP model's was still falling (one seed each, cut short; docs/reproduction.md). Estimated at
+  most 80 min on 2 cores (10 runs × 40 epochs × 23.5 s); with AutoAugment batched it took 32 min. No
+  epoch-doubling check: the claim is the shape of the test-loss curves late in training, which the report draws.
 * ``small`` - Fashion-MNIST, S = C = 32, 4 blocks, AdamW lr 0.003 with AutoAugment, 10 epochs on 10 000
   images, 3 seeds: 6 runs.
 * ``smoke`` - digits, S = C = 4, 1 block, 2 epochs.
