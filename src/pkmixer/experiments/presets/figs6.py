@@ -5,7 +5,7 @@ Command::
 
     pkmixer reproduce figs6 --scale paper    # S-Mixers (Fig. S.6); figs7: MLP-Mixers with AutoAugment (Fig. S.7)
     pkmixer reproduce figs6 --scale medium   # 10 000 Fashion-MNIST images, 60 epochs, 5 seeds (1.9 h on 2
-                                             # shared cores); figs7: 2 000 images, 50 epochs (estimated 100 min)
+                                             # shared cores); figs7: 2 000 images, 50 epochs (44 min)
     pkmixer reproduce figs6 --scale small    # Fashion-MNIST, 2 000 training images, 15 epochs
     pkmixer reproduce figs6 --scale smoke
 
@@ -38,8 +38,9 @@ Scales:
   65 min on 2 cores (0.19 ms per training and 0.06 ms per test image on one core, timed beside another job);
   it took 1.9 h, with the CI suite and other jobs on the same 2 cores for part of it.
   S.7: 2 000 training and 2 000 test images, 50 epochs; estimated at most 100 min (AutoAugment's per-image
-  pipeline before its batched version: 1.7 ms per training image; 0.8 ms per test image when estimated, since the test set went batched). On all 60 000 images the 20 epochs that 2 cores afford end with training losses of 0.02-0.18,
-  where overfitting starts; on 10 000 images for 60 epochs every training loss ends below 0.005 and every test
+  pipeline before its batched version: 1.7 ms per training and 0.8 ms per test image); with AutoAugment batched
+  it took 44 min, with the CI suite on the same cores for half of it. On all 60 000 images the 20 epochs that 2
+  cores afford end with training losses of 0.02-0.18, where overfitting starts; on 10 000 images for 60 epochs every training loss ends below 0.005 and every test
   loss 0.22-0.67 above its minimum. On the bundled digits (when Fashion-MNIST is absent) all 1 438 images, 2.4
   times the epochs. No epoch-doubling check: the claims are how far the test loss rises with training, which the
   curves show, not a converged error.
