@@ -40,10 +40,10 @@ Scales:
   S.7: 2 000 training and 2 000 test images, 50 epochs; estimated at most 100 min (AutoAugment's per-image
   pipeline before its batched version: 1.7 ms per training and 0.8 ms per test image); with AutoAugment batched
   it took 44 min, with the CI suite on the same cores for half of it. On all 60 000 images the 20 epochs that 2
-  cores afford end with training losses of 0.02-0.18, where overfitting starts; on 10 000 images for 60 epochs every training loss ends below 0.005 and every test
-  loss 0.22-0.67 above its minimum. On the bundled digits (when Fashion-MNIST is absent) all 1 438 images, 2.4
-  times the epochs. No epoch-doubling check: the claims are how far the test loss rises with training, which the
-  curves show, not a converged error.
+  cores afford end with training losses of 0.02-0.18, where overfitting starts; on 10 000 images for 60 epochs
+  every training loss ends below 0.005 and every test loss 0.22-0.67 above its minimum. On the bundled digits
+  (when Fashion-MNIST is absent) all 1 438 images, 2.4 times the epochs. No epoch-doubling check: the claims are
+  how far the test loss rises with training, which the curves show, not a converged error.
 * ``small`` - Fashion-MNIST, 2 000 training and 2 000 test images, 15 epochs of AdamW, Ω = 2^15 (S.6) or 2^17
   at γ = 4 (S.7), 4 blocks, C = 8, 16, 32, 56, 87, 2 seeds: 20 runs each.
 * ``smoke`` - digits, C = 4, 14 at Ω = 2^9 (γ = 4: 2^11), 1 block, 2 epochs.
