@@ -32,8 +32,9 @@ Scales:
   p = 1, 1/4, 1/16 (m = 181, 362, 724, 4×; CSR weights below p = 1, as fig5's medium), all of 2 blocks (4 take
   twice as long); 5 seeds: 45 runs, plus the convergence check - the narrowest and the widest point of each
   family retrained for 20 epochs on seed 0 (6 runs, left out of the verdicts): 51 runs, estimated 90 min on
-  2 cores (one epoch of each model timed on one core while another job used the other, times 10 epochs), not
-  run yet. The bundled digits (when Fashion-MNIST is absent): the same models, 24 epochs.
+  2 cores (one epoch of each model timed on one core while another job used the other, times 10 epochs); the 45
+  verdict runs took 73 min here (docs/reproduction.md). The bundled digits (when Fashion-MNIST is absent): the
+  same models, 24 epochs.
 * ``small`` - Fashion-MNIST, Ω = 2^17 (C* = 32 at γ = 4), C = 8, 16, 32, 64 and SW-MLP p = 1, 1/4, 1/16
   (m = 181, 362, 724), 4 blocks, 4 epochs of AdamW on 10 000 images, 2 seeds: 22 runs.
 * ``smoke`` - digits, Ω = 2^11, C = 4, 8, 16, SW-MLP p = 1, 1/4, 1 block (SW-MLP 2), 1 epoch.
