@@ -30,7 +30,8 @@ Scales:
   images, 10 epochs of AdamW), 5 seeds: 100 runs (γ spans 2.1× at each Ω: 0.94 to 2 and 1.88 to 4), plus the
   convergence check - the lowest and the highest γ of each family (C = 4 at Ω = 2^13, C = S = 16 at 2^14)
   retrained for 20 epochs on seed 0 (4 runs, left out of the verdicts): 104 runs, estimated 105 min on 2 cores
-  (one epoch of each model timed on one core while another job used the other, times 10 epochs), not run yet.
+  (one epoch of each model timed on one core while another job used the other, times 10 epochs); they took
+  108 min here (docs/reproduction.md).
 * ``small`` - Fashion-MNIST, m = 256, C = 4, 8, 16, 32, 64, Ω = 2^13 and 2^14 (γ up to 2 and 4), 4 blocks,
   4 epochs of AdamW on 10 000 images, 2 seeds: 40 runs.
 * ``smoke`` - digits, m = 16, C = 2, 4, 8, Ω = 2^8, 1 block, 1 epoch.

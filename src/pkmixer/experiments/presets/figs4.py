@@ -27,8 +27,8 @@ Scales:
   epochs, crop and flip), 3 seeds: 18 runs per data set (about 10 V100 hours in the paper).
 * ``medium`` - the small design with :func:`.recipes.medium` (all 60 000 Fashion-MNIST training and 10 000 test
   images, 10 epochs of AdamW), 8 seeds, as they are cheap here: 48 runs, estimated 60 min on 2 cores (one epoch
-  of each model timed on one core while another job used the other, times 10 epochs), not run yet. No
-  epoch-doubling check: the variants share one size.
+  of each model timed on one core while another job used the other, times 10 epochs); about 60 min here, over
+  two sessions (docs/reproduction.md). No epoch-doubling check: the variants share one size.
 * ``small`` - Fashion-MNIST, S = C = 32, 4 blocks, 4 epochs of AdamW on 10 000 images, 2 seeds: 12 runs.
 * ``smoke`` - digits, S = C = 4, 2 blocks, 1 epoch.
 """

@@ -36,9 +36,9 @@ Scales:
 * ``medium`` - the small pair with :func:`.recipes.medium` (all 60 000 Fashion-MNIST training and 10 000 test
   images, 10 epochs of AdamW), 5 seeds: 10 runs, plus the convergence check - both models retrained for 20
   epochs on seed 0 (2 runs, left out of the verdict): 12 runs, estimated 60 min on 2 cores (one epoch of each
-  model timed on one core while another job used the other, times 10 epochs), not run yet. Its max widths
-  γSC differ by 1.36× (the paper's pair by 1.98×): with P = 7 and 4 on 28 px images (S = 16 and 49) no C
-  reaches 1.75× (√(49/16)) at the same Ω.
+  model timed on one core while another job used the other, times 10 epochs); 90 min here, beside other jobs
+  (docs/reproduction.md). Its max widths γSC differ by 1.36× (the paper's pair by 1.98×): with P = 7 and 4 on
+  28 px images (S = 16 and 49) no C reaches 1.75× (√(49/16)) at the same Ω.
 * ``small`` - Fashion-MNIST: P = 7, S = 16, C = 128 against P = 4, S = 49 and C = 57, the C that gives the same
   Ω (Eq. 14), 2 blocks, γ = 4, 4 epochs of AdamW on 10 000 images, 3 seeds: 6 runs.
 * ``smoke`` - digits: P = 4, S = 4, C = 24 against P = 2, S = 16, C = 7, 1 epoch.
