@@ -10,11 +10,13 @@ endif
 
 .PHONY: install test test-slow test-all demo bench bench-full clean
 
+# --no-cache-dir: where torch is downloaded (a ~3 GB CUDA build), pip's cache would hold a second copy of it, and
+# a CI machine once ran out of disk during this install.
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH_SPEC)
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --no-cache-dir --upgrade pip
+	$(PY) -m pip install -q --no-cache-dir $(TORCH_SPEC)
+	$(PY) -m pip install -q --no-cache-dir -e '.[test]'
 	touch $@
 
 install: $(VENV)/.installed
