@@ -599,10 +599,24 @@ def test_figs3_medium_is_the_small_design_on_all_the_images_with_the_doubling_ch
 
 def test_figs4_figs5_medium_are_the_small_designs_on_all_the_images():
     for name, runs, seeds in (("figs4", 6 * 8, 8), ("figs5", 12 * 5, 5)):
-        main, doubled = _medium(name, seeds)
+        main, _ = _medium(name, seeds)
         small = get_preset(name).runs("small", "fashion-mnist")
-        assert len(main) == runs and doubled == []  # no size axis (figs4), S and C fixed (figs5): no check
-        assert _models(main) == _models(small)
+        assert len(main) == runs and _models(main) == _models(small)
+    assert _medium("figs4", 8)[1] == []  # its variants share one size: no ends to double
+
+
+def test_figs5_medium_doubles_the_end_patches_and_keeps_them_out_of_the_verdict(tmp_path):
+    _, doubled = _medium("figs5")
+    assert {(s.meta["model"], s.meta["patch"], s.meta["seed"], s.config.schedule.epochs) for s in doubled} == {
+        (family, p, 0, 20) for family in ("S-Mixer", "RP S-Mixer") for p in (1, 28)}
+    rows = _rows([({"model": family, "patch": p, "C0": p * p, "S0": (28 // p) ** 2}, 0.1 + 0.01 * abs(p - 4))
+                  for family in ("S-Mixer", "RP S-Mixer") for p in (1, 2, 4, 7, 14, 28)], FIVE)
+    plain = get_preset("figs5").analyze(rows, tmp_path, "medium")
+    result = get_preset("figs5").analyze(_with_doubled(rows, "r0-s0", -0.007), tmp_path, "medium")
+    assert plain.supported is True and result.verdicts == plain.verdicts
+    assert result.tables["figs5"] == plain.tables["figs5"]
+    assert [c["converged"] for c in result.tables["figs5_doubling"]] == [False]
+    assert "not fully trained" in result.verdict
 
 
 def test_table1_medium_doubles_both_models_and_keeps_them_out_of_the_verdict(tmp_path):
