@@ -4,7 +4,7 @@ Karakida App. D.6).
 Command::
 
     pkmixer reproduce figs5 --scale paper --dataset cifar10   # also cifar100, stl10 (at 90 px)
-    pkmixer reproduce figs5 --scale medium                     # all of Fashion-MNIST, 5 seeds (about 100 min, 2 cores)
+    pkmixer reproduce figs5 --scale medium                     # all of Fashion-MNIST, 5 seeds (about 85 min, 2 cores)
     pkmixer reproduce figs5 --scale small                      # Fashion-MNIST, CPU minutes
     pkmixer reproduce figs5 --scale smoke
 
@@ -28,7 +28,7 @@ Scales:
 * ``medium`` - the small design with :func:`.recipes.medium` (all 60 000 Fashion-MNIST training and 10 000 test
   images, 10 epochs of AdamW), 5 seeds, and the epoch-doubling check (seed 0 at P = 1 and 28 of both families
   for 20 epochs): 64 runs. Run here: the 60 in 64 min on 2 cores (2.11 h of training summed; P = 1, 784 tokens,
-  takes 40 % of it), the check's 4 in 0.55 h summed (docs/reproduction.md).
+  takes 40 % of it), the check's 4 in 19 min more (docs/reproduction.md).
 * ``small`` - Fashion-MNIST (28 px): P = 1, 2, 4, 7, 14, 28, S = C = 32, 4 blocks, 4 epochs of AdamW on 10 000
   images, 2 seeds: 24 runs.
 * ``smoke`` - digits (8 px): P = 1, 2, 4, S = C = 4, 1 block, 1 epoch.
