@@ -30,6 +30,14 @@ def test_the_table_lists_exactly_the_registered_presets():
     assert sorted(_preset_table()) == [p.name for p in list_presets()]
 
 
+def test_the_medium_verdicts_table_has_a_row_for_exactly_the_presets_with_a_medium_scale():
+    """Issue 16: each preset with a medium scale was run at it here, and its verdict is in the table."""
+    section = DOC.split("\n## Medium-scale verdicts\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line.strip("|").split("|")[0].split("(")[0].strip() for line in section.splitlines()
+            if line.startswith("| ") and not line.startswith("| preset ")]
+    assert sorted(rows) == sorted(p.name for p in list_presets() if "medium" in p.scales)
+
+
 @pytest.mark.parametrize("preset", list_presets(), ids=lambda p: p.name)
 def test_each_row_has_the_presets_source_and_run_counts(preset):
     row = _preset_table()[preset.name]
