@@ -15,6 +15,7 @@ import torch
 from pkmixer.cli import main
 from pkmixer.train import engine, loop
 from pkmixer.checkpoint import read_checkpoint
+from pkmixer.errors import ConfigError
 from pkmixer.train.config import build_config
 
 from conftest import run_main
@@ -46,33 +47,37 @@ def _metrics(run_dir: Path) -> list[dict]:
 
 @pytest.mark.slow  # 12 epochs; test_digits_one_epoch_run_and_eval is its default-tier counterpart
 def test_digits_reach_90_percent(tmp_path):
-    summary = loop.train(build_config(None, {**DIGITS, "schedule.epochs": 12}), tmp_path / "run", log=quiet)
-    assert summary["status"] == "finished"
-    assert summary["best_test_error"] <= 0.10
+    summary = loop.train(build_config(None, {**DIGITS, "schedule.epochs": 12, "data.val_fraction": 0.1}),
+                         tmp_path / "run", log=quiet)
+    assert summary["status"] == "finished" and summary["selection"] == "val_error"
+    assert summary["selected_test_error"] <= 0.10
     run = tmp_path / "run"
     assert sorted(p.name for p in run.iterdir()) == [".lock", "checkpoints", "config.yaml", "metrics.jsonl", "summary.json"]
     assert len(_metrics(run)) == 12
-    # eval reproduces the best checkpoint's error exactly
-    result = loop.evaluate_run(run, "best")
-    assert result["test_error"] == pytest.approx(summary["best_test_error"])
+    # eval reproduces the validation-selected checkpoint's test error exactly
+    result = loop.evaluate_run(run)
+    assert result["checkpoint"] == "best" and result["selection"] == "val_error"
+    assert result["epoch"] == summary["selected_epoch"]
+    assert result["test_error"] == pytest.approx(summary["selected_test_error"])
 
 
 def test_digits_one_epoch_run_and_eval(tmp_path):
-    """The quick counterpart of test_digits_reach_90_percent: one epoch on 256 images (200 to test), the run
-    directory's files, and eval reproducing the best checkpoint's error."""
+    """The quick counterpart of test_digits_reach_90_percent: one epoch on 256 images (200 to test, a tenth of
+    the training set held out to validate), the run directory's files, and eval reproducing the selected
+    checkpoint's error."""
     run = tmp_path / "run"
     summary = loop.train(build_config(None, {**DIGITS, "schedule.epochs": 1, "data.train_subset": 256,
-                                              "data.test_subset": 200}), run, log=quiet)
-    assert summary["status"] == "finished" and summary["best_test_error"] < 0.9  # 10 classes: chance is 0.9
+                                              "data.test_subset": 200, "data.val_fraction": 0.1}), run, log=quiet)
+    assert summary["status"] == "finished" and summary["selected_test_error"] < 0.9  # 10 classes: chance is 0.9
     assert sorted(p.name for p in run.iterdir()) == [".lock", "checkpoints", "config.yaml", "metrics.jsonl", "summary.json"]
     assert len(_metrics(run)) == 1
-    assert loop.evaluate_run(run, "best")["test_error"] == pytest.approx(summary["best_test_error"])
+    assert loop.evaluate_run(run, "best")["test_error"] == pytest.approx(summary["selected_test_error"])
 
 
 @pytest.mark.slow  # training to an accuracy
 def test_synthetic_is_learned(tmp_path):
     summary = loop.train(build_config(None, SYNTH), tmp_path / "run", log=quiet)
-    assert summary["best_test_error"] < 0.3  # 10 classes: chance is 0.9
+    assert summary["final_test_error"] < 0.3  # 10 classes: chance is 0.9
 
 
 @pytest.mark.slow  # training to an accuracy; tests/test_data.py reads the real files in the default tier
@@ -82,7 +87,7 @@ def test_fashion_mnist(tmp_path):
                               "data.train_subset": 6000, "data.test_subset": 2000, "data.batch_size": 64,
                               "optim.name": "adamw", "optim.lr": 0.003, "schedule.epochs": 2, "run.progress": False})
     summary = loop.train(cfg, tmp_path / "run", log=quiet)
-    assert summary["best_test_error"] < 0.30
+    assert summary["final_test_error"] < 0.30
 
 
 @pytest.mark.slow  # test_stop_and_resume_is_exact_tiny is its default-tier counterpart
@@ -260,10 +265,45 @@ def test_finetune_at_higher_resolution(tmp_path, capsys):
     assert main(args) == 0
     capsys.readouterr()
     tuned = load_model(tmp_path / "big" / "checkpoints" / "latest.pt")
-    expected = enlarge_resolution(load_model(small_run / "checkpoints" / "best.pt"), 2)
+    expected = enlarge_resolution(load_model(small_run / "checkpoints" / "latest.pt"), 2)  # no validation split
     assert tuned.img_size == 16 and tuned.token_tiles == 2
     for key, value in expected.state_dict().items():  # lr 1e-12: the weights are still the enlarged ones
         assert torch.allclose(tuned.state_dict()[key], value, atol=1e-6), key
     assert main(["finetune", str(small_run), "--image-size", "12", "--set", "data.name=digits",
                  "--run-dir", str(tmp_path / "odd")]) == 2
     assert "integer multiple" in capsys.readouterr().err
+
+
+def test_the_test_split_selects_nothing(tmp_path):
+    """Two runs that differ only in their test split select the same epoch and write the same best.pt, and every
+    training and validation number is the same; only the test numbers move. The test errors are chosen so that
+    selecting on them would pick epoch 4 in one run and epoch 5 in the other."""
+    base = {**DIGITS, "model.depth": 1, "model.embed_dim": 16, "data.train_subset": 256, "data.val_fraction": 0.2,
+            "optim.lr": 0.1, "schedule.epochs": 5}
+    runs = {n: tmp_path / f"test{n}" for n in (100, 300)}
+    summaries = {n: loop.train(build_config(None, {**base, "data.test_subset": n}), d, log=quiet)
+                 for n, d in runs.items()}
+    rows = {n: _metrics(d) for n, d in runs.items()}
+    lowest_test = {n: min(r, key=lambda row: row["test_error"])["epoch"] for n, r in rows.items()}
+    assert lowest_test[100] != lowest_test[300]  # a selection on the test split would differ
+    strip = [{k: v for k, v in row.items() if not k.startswith("test_")} for row in rows[100]]
+    assert strip == [{k: v for k, v in row.items() if not k.startswith("test_")} for row in rows[300]]
+    assert summaries[100]["selected_epoch"] == summaries[300]["selected_epoch"] == \
+        min(rows[100], key=lambda row: (row["val_error"], row["epoch"]))["epoch"]
+    best = {n: read_checkpoint(d / "checkpoints" / "best.pt") for n, d in runs.items()}
+    assert best[100]["epoch"] == best[300]["epoch"] == summaries[100]["selected_epoch"]
+    assert all(torch.equal(best[100]["state_dict"][k], v) for k, v in best[300]["state_dict"].items())
+
+
+def test_a_run_without_a_validation_split_selects_nothing(tmp_path):
+    """No validation split: no best.pt, the summary says so, and eval takes latest.pt."""
+    run = tmp_path / "run"
+    summary = loop.train(build_config(None, {**DIGITS, "schedule.epochs": 2, "data.train_subset": 128,
+                                              "data.test_subset": 100}), run, log=quiet)
+    assert summary["selection"] == "none" and summary["selected_epoch"] is None
+    assert not (run / "checkpoints" / "best.pt").exists()
+    result = loop.evaluate_run(run)
+    assert result["checkpoint"] == "latest" and result["epoch"] == 2 and result["selection"].startswith("none")
+    assert result["test_error"] == pytest.approx(summary["final_test_error"])
+    with pytest.raises(ConfigError, match="no best.pt"):
+        loop.evaluate_run(run, "best")

@@ -61,19 +61,20 @@ def data_dir_arg(path: str | None) -> str | None:
 
 
 def checkpoint_path(text: str) -> str:
-    """A checkpoint file, or the best checkpoint of a run directory."""
+    """A checkpoint file, or a run directory's checkpoint: best.pt (validation-selected) where it has one, else
+    latest.pt."""
     from ..train.rundir import RunDir
 
     if Path(text).is_dir():
         run = RunDir(Path(text))
-        if not run.best.is_file():
-            raise ConfigError(f"{text} is not a run directory with checkpoints/best.pt")
-        return str(run.best)
+        if not run.selected.is_file():
+            raise ConfigError(f"{text} is not a run directory with checkpoints (best.pt or latest.pt)")
+        return str(run.selected)
     return text
 
 
 def load_model_arg(text: str, overrides: dict) -> torch.nn.Module:
-    """A run directory (its best checkpoint), a checkpoint file (pkmixer, timm or Flax), or a registered name
+    """A run directory (its best.pt, else latest.pt), a checkpoint file (pkmixer, timm or Flax), or a registered name
     built fresh."""
     from ..models.convert import import_checkpoint
 

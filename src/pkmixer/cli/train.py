@@ -44,7 +44,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         state = "" if summary["status"] == "finished" else \
             f" - stopped after epoch {summary['epochs_done']} of {summary['epochs']}; continue with --resume"
-        print(f"{run_dir}: best test error {summary['best_test_error']:.2%}, last {summary['final_test_error']:.2%} "
+        chosen = (f"validation-selected epoch {summary['selected_epoch']}: val error {summary['best_val_error']:.2%}, "
+                  f"test error {summary['selected_test_error']:.2%}; " if summary["selection"] == "val_error" else "")
+        print(f"{run_dir}: {chosen}last epoch: test error {summary['final_test_error']:.2%} "
               f"({summary['wall_time']:.0f} s){state}")
     return 0
 
@@ -94,7 +96,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if overrides:
             raise ConfigError("a run directory is evaluated with its own config: drop --set and --data-dir")
         result = evaluate_run(target, args.checkpoint)
-        where = f"{result['run']} ({result['checkpoint']}, epoch {result['epoch']})"
+        where = f"{result['run']} ({result['checkpoint']}, epoch {result['epoch']}, selected by {result['selection']})"
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -216,7 +218,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("eval", help="evaluate a run or a checkpoint file", description=cmd_eval.__doc__)
     p.add_argument("target", help="a run directory written by `pkmixer train`, or a checkpoint file")
-    p.add_argument("--checkpoint", choices=["best", "latest"], default="best", help="which of a run's checkpoints")
+    p.add_argument("--checkpoint", choices=["best", "latest"],
+                   help="which of a run's checkpoints (default: best.pt, chosen on the validation split, where the "
+                        "run has one; else latest.pt)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="for a checkpoint file: the data, e.g. --set data.name=cifar10 --set data.test_subset=1000")
     p.add_argument("--data-dir", help="for a checkpoint file: where the data set lies")

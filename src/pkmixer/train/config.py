@@ -34,7 +34,8 @@ class DataConfig:
     #                     Fashion-MNIST when it is on disk, else scikit-learn's bundled digits
     data_dir: str | None = None  # where the data set lies; None: the OS location, else download if allowed
     download: bool = False  # fetch through torchvision when it is nowhere on disk
-    val_fraction: float = 0.0  # held out of the training set as the validation split
+    val_fraction: float = 0.0  # held out of the training set (stratified, by run.seed) as the validation split,
+    #                     evaluated every epoch; it selects best.pt (without it nothing is selected)
     train_subset: int | None = None  # use only this many training examples (small-scale runs)
     test_subset: int | None = None  # evaluate on only this many test examples
     batch_size: int = 128  # global mini-batch size (split across processes)

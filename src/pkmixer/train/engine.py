@@ -104,12 +104,20 @@ def transform_for(cfg: TrainConfig, model: nn.Module, train: bool):
                            random_resized_crop=d.random_resized_crop, resize=d.resize)
 
 
+def run_splits(cfg: TrainConfig) -> tuple[str, ...]:
+    """The splits a run trains and evaluates on: the training set, the validation split held out of it when
+    ``data.val_fraction`` > 0 (it selects ``best.pt``), and the test set."""
+    return ("train", "val", "test") if cfg.data.val_fraction > 0 else ("train", "test")
+
+
 def build_splits(cfg: TrainConfig, splits: tuple[str, ...]) -> dict:
-    """The splits, without transforms yet: the model they feed is built from their class count."""
+    """The splits, without transforms yet: the model they feed is built from their class count. The validation
+    split is held out of the whole training set (``data.train_subset`` then subsets the rest) and is never
+    subsetted."""
     d = cfg.data
     return {split: build_dataset(d.name, split, data_dir=d.data_dir, download=d.download,
                                  val_fraction=d.val_fraction, seed=cfg.run.seed,
-                                 subset=d.train_subset if split == "train" else d.test_subset)
+                                 subset={"train": d.train_subset, "test": d.test_subset}.get(split))
             for split in splits}
 
 
@@ -193,10 +201,11 @@ def autocast(cfg: TrainConfig, device: torch.device):
 
 
 def evaluate(model: nn.Module, batches: Iterable, ctx: dist_.Context, cfg: TrainConfig,
-             members: int | None = None) -> dict[str, float] | list[dict[str, float]]:
+             members: int | None = None, split: str = "test") -> dict[str, float] | list[dict[str, float]]:
     """Top-1 error and mean cross-entropy over ``(images, labels)`` batches, summed over all processes (read
-    from the device once). With ``members`` = K, a stacked model's: batches (K, B, ...) with labels (K, B),
-    logits (K, B, classes), one result per member (one process)."""
+    from the device once), as ``<split>_loss``, ``<split>_error`` and ``<split>_examples``. With ``members`` = K,
+    a stacked model's: batches (K, B, ...) with labels (K, B), logits (K, B, classes), one result per member (one
+    process)."""
     model.eval()
     shape = () if members is None else (members,)
     loss_sum = torch.zeros(shape, dtype=torch.float64, device=ctx.device)
@@ -215,10 +224,11 @@ def evaluate(model: nn.Module, batches: Iterable, ctx: dist_.Context, cfg: Train
             correct += (logits.argmax(-1) == labels).sum(-1)
             count += labels.numel() if members is None else labels.shape[-1]
     if members is not None:
-        return [{"test_loss": s / count, "test_error": 1.0 - c / count, "test_examples": count}
+        return [{f"{split}_loss": s / count, f"{split}_error": 1.0 - c / count, f"{split}_examples": count}
                 for s, c in zip(loss_sum.tolist(), correct.tolist())]
     loss_sum, correct, count = dist_.all_reduce_sum([float(loss_sum), float(correct), count], ctx)
-    return {"test_loss": loss_sum / count, "test_error": 1.0 - correct / count, "test_examples": int(count)}
+    return {f"{split}_loss": loss_sum / count, f"{split}_error": 1.0 - correct / count,
+            f"{split}_examples": int(count)}
 
 
 # ---- feeds ----------------------------------------------------------------------------------------------
@@ -337,7 +347,8 @@ class StepEngine:
     weights (timm's ``ModelEmaV3``; Mixer supp. A.2 found no consistent gain, so it is off by default),
     evaluated beside the raw weights."""
 
-    def __init__(self, cfg: TrainConfig, ctx: dist_.Context, model: nn.Module, train_set, test_set) -> None:
+    def __init__(self, cfg: TrainConfig, ctx: dist_.Context, model: nn.Module, train_set, test_set,
+                 val_set=None) -> None:
         self.cfg, self.ctx, self.model = cfg, ctx, model
         d = cfg.data
         check_head_classes(model.num_classes, train_set.info.num_classes, train_set.info.title)
@@ -346,7 +357,10 @@ class StepEngine:
                               f"must give an even batch per process")
         self.train_set = train_set
         self.train_feed = choose_feed(cfg, model, train_set, True)(cfg, ctx, train_set, model, True)
-        self.test_feed = choose_feed(cfg, model, test_set, False)(cfg, ctx, test_set, model, False)
+        # the splits evaluated after every epoch, in row order: the validation split (when held out) selects
+        held = {"val": val_set, "test": test_set}
+        self.eval_feeds = {split: choose_feed(cfg, model, ds, False)(cfg, ctx, ds, model, False)
+                           for split, ds in held.items() if ds is not None}
         if len(self.train_feed) == 0:
             raise ConfigError(f"data.batch_size={d.batch_size} exceeds the {len(train_set)} training examples")
         self.criterion = build_loss(d.mixup > 0 or d.cutmix > 0, d.label_smoothing)
@@ -444,9 +458,13 @@ class StepEngine:
         return total / seen
 
     def evaluate(self) -> dict[str, float]:
-        """Test loss and error of the weights, and of their Polyak average (``ema_`` keys) when kept."""
-        result = evaluate(self.net, self.test_feed.epoch(0), self.ctx, self.cfg)
+        """Loss and error on each evaluated split (``val_``, ``test_`` keys) of the weights, and of their Polyak
+        average (``ema_val_``, ``ema_test_`` keys) when kept."""
+        result: dict[str, float] = {}
+        for split, feed in self.eval_feeds.items():
+            result.update(evaluate(self.net, feed.epoch(0), self.ctx, self.cfg, split=split))
         if self.ema is not None:
-            ema = evaluate(self.ema.module, self.test_feed.epoch(0), self.ctx, self.cfg)
-            result.update(ema_test_loss=ema["test_loss"], ema_test_error=ema["test_error"])
+            for split, feed in self.eval_feeds.items():
+                ema = evaluate(self.ema.module, feed.epoch(0), self.ctx, self.cfg, split=split)
+                result.update({f"ema_{split}_loss": ema[f"{split}_loss"], f"ema_{split}_error": ema[f"{split}_error"]})
         return result

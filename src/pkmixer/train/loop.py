@@ -15,10 +15,14 @@ last good checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.metadata
 import json
 import math
 import os
+import platform
 import random
+import subprocess
 import time
 from contextlib import nullcontext
 from datetime import datetime
@@ -36,7 +40,7 @@ from ..models.convert import import_checkpoint
 from . import distributed as dist_
 from .config import TrainConfig, build_config, load_yaml, save_yaml
 from .engine import (StepEngine, TrainingDiverged, build_loader, build_model, build_splits, evaluate,
-                     model_and_data, precision, transform_for)
+                     model_and_data, precision, run_splits, transform_for)
 from .rundir import RunDir, RunLock
 
 
@@ -75,7 +79,7 @@ def seed_everything(seed: int, deterministic: bool) -> None:
 # ---- the run --------------------------------------------------------------------------------------------
 
 
-TRAINING_STATE = ("optimizer", "scheduler", "epoch", "best_test_error", "rng")
+TRAINING_STATE = ("optimizer", "scheduler", "epoch", "rng")
 
 
 def _saved_config(run: RunDir) -> TrainConfig:
@@ -191,19 +195,20 @@ def _train(cfg: TrainConfig, run: RunDir, resume: bool, ctx: dist_.Context, log:
         t0 = time.time()
         end_epoch_writes(r, metrics, end_epoch, ctx, log, rng_state())
         dist_.barrier(ctx)
-    return write_summary(r, end_epoch, metrics, started, ctx)
+    return write_summary(r, end_epoch, started, ctx)
 
 
 @dataclasses.dataclass
 class OpenRun:
-    """A run set up to train: its config, directory, model and engine, where it starts, its best error so far."""
+    """A run set up to train: its config, directory, model and engine, where it starts, its lowest validation
+    error so far (inf without a validation split: nothing is selected)."""
 
     cfg: TrainConfig
     run: RunDir
     model: Any
     engine: StepEngine
     start_epoch: int
-    best_error: float
+    best_val_error: float
     params: int
     writer: Any = None
 
@@ -226,25 +231,28 @@ def open_run(cfg: TrainConfig, run: RunDir, payload: dict[str, Any] | None, ctx:
     """Build the model, data and engine of a run seeded by :func:`seed_everything`; restore the training state
     and RNG states from ``payload`` (latest.pt) or reseed Python's and NumPy's; then, unless ``write`` is false
     (the caller calls :func:`start_files` itself), :func:`start_files`."""
-    model, sets = model_and_data(cfg, ("train", "test"), payload, run.latest)
-    engine = StepEngine(cfg, ctx, model, sets["train"], sets["test"])
-    start_epoch, best_error = 0, math.inf
+    model, sets = model_and_data(cfg, run_splits(cfg), payload, run.latest)
+    engine = StepEngine(cfg, ctx, model, sets["train"], sets["test"], sets.get("val"))
+    start_epoch, best_val_error = 0, math.inf
     if payload is not None:
         missing = [key for key in TRAINING_STATE if key not in payload]
         if missing:
             raise ConfigError(f"{run.latest} is a model checkpoint without the training state ({', '.join(missing)})")
         engine.load_state_dict(payload, run.latest)
-        start_epoch, best_error = payload["epoch"], payload["best_test_error"]
+        start_epoch = payload["epoch"]
+        best_val_error = min((row["val_error"] for row in _history(run, start_epoch) if "val_error" in row),
+                             default=math.inf)
         set_rng_state(payload["rng"])
     else:  # again: modules imported while building data and model may have drawn from Python's or NumPy's RNG
         random.seed(cfg.run.seed)
         np.random.seed(cfg.run.seed)
     params = sum(p.numel() for p in model.parameters())
     if ctx.is_main:
-        log(f"{cfg.model.name} ({params / 1e6:.3g} M parameters) on {cfg.data.name}: {len(sets['train'])} training "
-            f"and {len(sets['test'])} test examples, {cfg.schedule.epochs} epochs, {ctx.world} process(es) on "
+        held = f", {len(sets['val'])} validation" if "val" in sets else " (no validation split: nothing selected)"
+        log(f"{cfg.model.name} ({params / 1e6:.3g} M parameters) on {cfg.data.name}: {len(sets['train'])} training"
+            f"{held} and {len(sets['test'])} test examples, {cfg.schedule.epochs} epochs, {ctx.world} process(es) on "
             f"{ctx.device}, {precision(cfg, ctx.device)}, {engine.pipeline} data pipeline")
-    r = OpenRun(cfg, run, model, engine, start_epoch, best_error, params)
+    r = OpenRun(cfg, run, model, engine, start_epoch, best_val_error, params)
     if write:
         start_files(r, payload is not None, ctx)
     return r
@@ -269,39 +277,97 @@ def write_diverged(run: RunDir, epoch: int) -> None:
 def end_epoch_writes(r: OpenRun, metrics: dict[str, Any], end_epoch: int, ctx: dist_.Context,
                      log: Callable[[str], None], rng: dict[str, Any]) -> None:
     """An epoch's writes, in the order that keeps the run resumable at every instant (module docstring): its
-    metrics row, best.pt when it improved, latest.pt when due - ``r.model`` and ``r.engine`` hold the state."""
+    metrics row, best.pt when the validation error improved, latest.pt when due - ``r.model`` and ``r.engine``
+    hold the state. The test split selects nothing: without a validation split there is no best.pt."""
     cfg, run, epoch = r.cfg, r.run, metrics["epoch"] - 1
-    improved = metrics["test_error"] < r.best_error
-    r.best_error = min(r.best_error, metrics["test_error"])
+    improved = "val_error" in metrics and metrics["val_error"] < r.best_val_error
+    if improved:
+        r.best_val_error = metrics["val_error"]
     if not ctx.is_main:
         return
     run.append_metrics(metrics)
     last = epoch + 1 == end_epoch
     if last or (epoch + 1) % cfg.run.save_every == 0 or improved:
-        state = dict(**r.engine.state_dict(), epoch=epoch + 1, best_test_error=r.best_error, rng=rng,
-                     config=cfg.as_dict(), threads=torch.get_num_threads())
+        state = dict(**r.engine.state_dict(), epoch=epoch + 1, rng=rng, config=cfg.as_dict(),
+                     threads=torch.get_num_threads())
         if improved:
             save_model(run.best, r.model, overwrite=True, **state)
         save_model(run.latest, r.model, overwrite=True, **state)
     if r.writer is not None:
-        for key in ("train_loss", "test_loss", "test_error", "lr"):
-            r.writer.add_scalar(key, metrics[key], epoch + 1)
+        for key in ("train_loss", "val_loss", "val_error", "test_loss", "test_error", "lr"):
+            if key in metrics:
+                r.writer.add_scalar(key, metrics[key], epoch + 1)
+    val = f"val error {metrics['val_error']:.2%}, " if "val_error" in metrics else ""
     ema = f", Polyak average {metrics['ema_test_error']:.2%}" if "ema_test_error" in metrics else ""
-    log(f"epoch {epoch + 1}/{cfg.schedule.epochs}: train loss {metrics['train_loss']:.4f}, test loss "
+    log(f"epoch {epoch + 1}/{cfg.schedule.epochs}: train loss {metrics['train_loss']:.4f}, {val}test loss "
         f"{metrics['test_loss']:.4f}, test error {metrics['test_error']:.2%}{ema} ({metrics['epoch_time']:.1f} s)")
 
 
-def write_summary(r: OpenRun, end_epoch: int, metrics: dict[str, Any], started: float,
-                  ctx: dist_.Context) -> dict[str, Any]:
-    """summary.json of an invocation that trained up to ``end_epoch`` (``metrics``: its last row, if any)."""
+def _history(run: RunDir, upto: int | None = None) -> list[dict[str, Any]]:
+    """The run's metrics rows (those of epochs up to ``upto``); none where this process cannot see them."""
+    if not run.metrics.is_file():
+        return []
+    rows = run.read_metrics()
+    return rows if upto is None else [row for row in rows if row.get("epoch", 0) <= upto]
+
+
+def selection(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the validation split selects among a run's epochs: the epoch of the lowest ``val_error`` (the
+    earliest of equals, as best.pt keeps it), that error and the test error then. Rows without a validation
+    error (no split held out) select nothing: ``selection`` is "none"."""
+    held = [row for row in rows if "val_error" in row]
+    if not held:
+        return {"selection": "none", "selected_epoch": None, "best_val_error": None, "selected_test_error": None}
+    best = min(held, key=lambda row: (row["val_error"], row["epoch"]))
+    return {"selection": "val_error", "selected_epoch": best["epoch"], "best_val_error": best["val_error"],
+            "selected_test_error": best["test_error"]}
+
+
+@functools.cache
+def _source_commit() -> dict[str, Any]:
+    """The git commit of the pkmixer source that runs, and whether its tracked files differ from it (None
+    outside a git checkout, e.g. an installed wheel)."""
+    where = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".") if commit else None
+    return {"commit": commit, "dirty": None if changed is None else bool(changed)}
+
+
+def environment(ctx: dist_.Context) -> dict[str, Any]:
+    """What a run's numbers may depend on beside its config: versions, the source commit, the CPU's kernel
+    capability (rounding differs between AVX2 and AVX-512 kernels), torch's threads and the device."""
+    try:
+        version = importlib.metadata.version("pkmixer")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    device = str(ctx.device)
+    if ctx.device.type == "cuda":
+        device += f" ({torch.cuda.get_device_name(ctx.device)})"
+    return {"python": platform.python_version(), "torch": torch.__version__, "pkmixer": version,
+            **_source_commit(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "threads": torch.get_num_threads(), "device": device}
+
+
+def write_summary(r: OpenRun, end_epoch: int, started: float, ctx: dist_.Context) -> dict[str, Any]:
+    """summary.json of an invocation that trained up to ``end_epoch``: status, the validation selection
+    (:func:`selection`), the final errors, and what the numbers depend on (:func:`environment`)."""
     cfg, run = r.cfg, r.run
     finished = end_epoch == cfg.schedule.epochs
-    last_row = metrics or (run.read_metrics() or [{}])[-1]
+    rows = _history(run)
+    last_row = rows[-1] if rows else {}
     summary = {"status": "finished" if finished else "stopped", "epochs_done": end_epoch,
-               "epochs": cfg.schedule.epochs, "best_test_error": r.best_error,
+               "epochs": cfg.schedule.epochs, **selection(rows), "final_val_error": last_row.get("val_error"),
                "final_test_error": last_row.get("test_error"), "params": r.params,
                "precision": precision(cfg, ctx.device), "pipeline": r.engine.pipeline,
-               "wall_time": time.time() - started, "processes": ctx.world}
+               "wall_time": time.time() - started, "processes": ctx.world, "environment": environment(ctx)}
     if "ema_test_error" in last_row:
         summary["final_ema_test_error"] = last_row["ema_test_error"]
     if ctx.is_main:
@@ -321,21 +387,35 @@ def _tensorboard(cfg: TrainConfig, run: RunDir):
     return SummaryWriter(str(run.tensorboard))
 
 
-def evaluate_run(run_dir: str | Path, which: str = "best") -> dict[str, Any]:
-    """Top-1 error and loss of a run's best or latest checkpoint on the test split."""
+def evaluate_run(run_dir: str | Path, which: str | None = None) -> dict[str, Any]:
+    """Top-1 error and loss of a run's best or latest checkpoint on the test split. ``which`` None: best.pt where
+    the run has one, else latest.pt. ``selection`` says what chose the checkpoint: the validation split, nothing
+    (the last epoch), or - for best.pt of a run written before validation selection - the test split."""
     run = RunDir(Path(run_dir))
-    if which not in ("best", "latest"):
+    if which not in (None, "best", "latest"):
         raise ConfigError(f"--checkpoint must be best or latest, got {which!r}")
     if not run.config.is_file():
         raise ConfigError(f"{run.root} is not a run directory (no config.yaml)")
     cfg = build_config(load_yaml(run.config))
+    if which is None:
+        which = "best" if run.best.is_file() else "latest"
+    elif which == "best" and not run.best.is_file() and run.latest.is_file():
+        raise ConfigError(f"{run.root} has no best.pt: it holds out no validation split, so nothing was selected "
+                          "(use --checkpoint latest)")
     path = run.best if which == "best" else run.latest
     payload = read_checkpoint(path)
+    if which == "latest":
+        chosen_by = "none (the latest epoch)"
+    elif "best_test_error" in payload:
+        chosen_by = "test_error (best.pt of a run written before the validation split selected it)"
+    else:
+        chosen_by = "val_error"
     ctx = dist_.Context(0, 1, torch.device("cuda" if torch.cuda.is_available() and cfg.run.device != "cpu" else "cpu"))
     model, sets = model_and_data(cfg, ("test",), payload, path)
     model.to(ctx.device)
     loader, _, _ = build_loader(sets["test"], cfg.data.eval_batch_size, ctx, cfg, train=False)
-    return {"run": str(run.root), "checkpoint": which, "epoch": payload["epoch"], **evaluate(model, loader, ctx, cfg)}
+    return {"run": str(run.root), "checkpoint": which, "selection": chosen_by, "epoch": payload["epoch"],
+            **evaluate(model, loader, ctx, cfg)}
 
 
 def evaluate_checkpoint(path: str | Path, overrides: dict[str, Any] | None = None,

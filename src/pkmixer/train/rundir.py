@@ -6,7 +6,8 @@
     config.yaml            the resolved configuration
     metrics.jsonl          one JSON line per epoch (appended whole; a kill can cut only the last line)
     checkpoints/latest.pt  model, optimiser, schedule, epoch, best error and RNG states
-    checkpoints/best.pt    the same at the lowest test error so far
+    checkpoints/best.pt    the same at the lowest validation error so far (none without a validation split: the
+                           test split selects nothing)
     summary.json           finished, stopped or diverged; best and last test error; wall time
     error.txt              why a sweep's run failed (written by the sweep)
     tensorboard/           scalars, when run.tensorboard is set
@@ -48,6 +49,12 @@ class RunDir:
     tensorboard = property(lambda self: self.root / "tensorboard")
     probes = property(lambda self: self.root / "probes.json")  # written by a sweep (pkmixer.experiments.probes)
     grams = property(lambda self: self.root / "grams.npz")  # its CKA probe's Gram matrices
+
+    @property
+    def selected(self) -> Path:
+        """The checkpoint that stands for the run: best.pt (validation-selected) where there is one, else
+        latest.pt."""
+        return self.best if self.best.is_file() else self.latest
 
     def foreign_files(self) -> list[str]:
         """Names in the directory that no run writes (a temporary file of ours counts as a run's)."""

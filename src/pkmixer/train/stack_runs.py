@@ -218,19 +218,26 @@ def _train_epoch(stack: _Stack, epoch: int, ctx: dist_.Context) -> list[float]:
     return (loss_sum / seen).tolist()
 
 
-def _test_batches(engines: list[StepEngine]):
+def _eval_batches(engines: list[StepEngine], split: str):
     return ((torch.stack([b[0] for b in bs]), torch.stack([b[1] for b in bs]))
-            for bs in zip(*(e.test_feed.epoch(0) for e in engines), strict=True))
+            for bs in zip(*(e.eval_feeds[split].epoch(0) for e in engines), strict=True))
 
 
 def _evaluate(stack: _Stack, ctx: dist_.Context) -> list[dict[str, float]]:
-    """Each member's :meth:`StepEngine.evaluate`: its weights, and their Polyak average when kept."""
+    """Each member's :meth:`StepEngine.evaluate`: its weights, and their Polyak average when kept, on each
+    evaluated split."""
     engines, K = stack.engines, len(stack.members)
-    results = evaluate(stack.net, _test_batches(engines), ctx, engines[0].cfg, members=K)
+    cfg, splits = engines[0].cfg, list(engines[0].eval_feeds)
+    results: list[dict[str, float]] = [{} for _ in range(K)]
+    for split in splits:
+        for result, own in zip(results, evaluate(stack.net, _eval_batches(engines, split), ctx, cfg, members=K,
+                                                 split=split)):
+            result.update(own)
     if stack.ema is not None:
-        averages = evaluate(stack.ema.module, _test_batches(engines), ctx, engines[0].cfg, members=K)
-        for result, ema in zip(results, averages):
-            result.update(ema_test_loss=ema["test_loss"], ema_test_error=ema["test_error"])
+        for split in splits:
+            averages = evaluate(stack.ema.module, _eval_batches(engines, split), ctx, cfg, members=K, split=split)
+            for result, ema in zip(results, averages):
+                result.update({f"ema_{split}_loss": ema[f"{split}_loss"], f"ema_{split}_error": ema[f"{split}_error"]})
     return results
 
 
@@ -329,5 +336,5 @@ def _train_stack(cfgs: list[TrainConfig], runs: list[RunDir], resuming: list[boo
         if m.diverged is not None:
             out.append({"status": "diverged", "epoch": m.epoch, "error": m.diverged})
         else:
-            out.append(write_summary(m.r, m.end_epoch, m.last, started, ctx))
+            out.append(write_summary(m.r, m.end_epoch, started, ctx))
     return out
