@@ -27,7 +27,8 @@ import torch.nn.functional as F
 
 from pkmixer.analysis.cost import measured_macs
 from pkmixer.experiments import get_preset
-from pkmixer.train.engine import build_model, compiled
+from pkmixer.train.build import build_model
+from pkmixer.train.engine import compiled
 
 from .common import Settings
 
@@ -91,7 +92,7 @@ def _throughput(spec, precision: str, settings: Settings, compile_mode: str | No
     device = settings.torch_device
     _set_precision(precision)
     torch.manual_seed(0)
-    model = build_model(spec.config, num_classes=10).to(device)
+    model = build_model(spec.config.model, num_classes=10).to(device)
     macs = measured_macs(model, batch_size=2)
     net = model if compile_mode is None else compiled(model, compile_mode)
     batch = spec.config.data.batch_size if device.type == "cuda" else 8

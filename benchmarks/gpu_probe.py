@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from pkmixer.experiments import get_preset
-from pkmixer.train.engine import build_model, build_optimizer
+from pkmixer.train.build import build_model
+from pkmixer.train.engine import build_optimizer
 from pkmixer.train.stack import stack_models, stacked_step, build_optimizer as stack_optimizer
 
 import os
@@ -55,8 +56,8 @@ def out(**kw):
 
 def make(spec, compile_mode=None):
     torch.manual_seed(0)
-    model = build_model(spec.config, num_classes=10).to(dev).train()
-    opt = build_optimizer(spec.config, model)
+    model = build_model(spec.config.model, num_classes=10).to(dev).train()
+    opt = build_optimizer(spec.config.optim, model)
     net = torch.compile(model, mode=compile_mode) if compile_mode else model
     B = spec.config.data.batch_size
     x = torch.randn(B, 3, 32, 32, device=dev)
@@ -133,7 +134,7 @@ if "small" in PARTS:
                 models = []
                 for seed in range(K):
                     torch.manual_seed(seed)
-                    models.append(build_model(spec.config.override({"model.structure_seed": seed}),
+                    models.append(build_model(spec.config.override({"model.structure_seed": seed}).model,
                                               num_classes=10).to(dev).train())
                 st = stack_models(models).train()
                 opt = stack_optimizer(st, spec.config.optim)

@@ -340,6 +340,7 @@ def test_flax_checkpoint_initialises_training_and_evaluates(npz, tmp_path, capsy
     """`pkmixer train --set model.init=X.npz` starts from the Flax weights; `pkmixer eval X.npz` scores them."""
     from pkmixer.cli import main
     from pkmixer.train import loop
+    from pkmixer.train.build import build_model
     from pkmixer.train.config import build_config
 
     data = {"data.name": "synthetic", "data.train_subset": 64, "data.test_subset": 64, "data.batch_size": 32,
@@ -355,7 +356,7 @@ def test_flax_checkpoint_initialises_training_and_evaluates(npz, tmp_path, capsy
 
     name = import_checkpoint(npz).model.spec.name
     cfg = build_config(None, {**data, "model.name": name, "model.init": str(npz), "schedule.epochs": 1})
-    start = loop.build_model(cfg, CLASSES).state_dict()
+    start = build_model(cfg.model, CLASSES).state_dict()
     for key, value in flax_to_pkmixer_state_dict(flax_arrays()).items():
         assert torch.equal(start[key], value), key
     assert loop.train(cfg, tmp_path / "run", log=lambda _: None)["status"] == "finished"

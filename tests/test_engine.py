@@ -12,7 +12,7 @@ from pkmixer.train import loop
 from pkmixer.checkpoint import read_checkpoint
 from pkmixer.models.restore import load_model
 from pkmixer.train.config import build_config
-from pkmixer.train.engine import build_model
+from pkmixer.train.build import build_model
 from pkmixer.experiments import get_preset
 
 from conftest import rel_err
@@ -139,22 +139,22 @@ def test_resident_and_per_sample_pipelines_agree_without_augmentation(tmp_path):
 
 def test_auto_pipeline_is_resident_where_it_can_be(tmp_path):
     from pkmixer.data.datasets import build_dataset
-    from pkmixer.train.engine import PerSampleFeed, ResidentFeed, choose_feed
+    from pkmixer.train.feeds import PerSampleFeed, ResidentFeed, choose_feed
 
     model = create_model("smixer_t4_28", img_size=32, patch_size=8, in_chans=3)
     data = build_dataset("synthetic", "train", subset=64)
-    assert choose_feed(build_config(None, {**SYNTH, "data.crop_padding": 4, "data.hflip": True}), model,
+    assert choose_feed(build_config(None, {**SYNTH, "data.crop_padding": 4, "data.hflip": True}).data, model,
                        data, True) is ResidentFeed
-    auto_augment = build_config(None, {**SYNTH, "data.auto_augment": "cifar10"})  # batched: pkmixer.data.auto_augment
+    auto_augment = build_config(None, {**SYNTH, "data.auto_augment": "cifar10"}).data  # batched: pkmixer.data.auto_augment
     assert choose_feed(auto_augment, model, data, True) is ResidentFeed
-    timm = build_config(None, {**SYNTH, "data.rand_augment": "rand-m9-mstd0.5-inc1"})  # no batched version
+    timm = build_config(None, {**SYNTH, "data.rand_augment": "rand-m9-mstd0.5-inc1"}).data  # no batched version
     assert choose_feed(timm, model, data, True) is PerSampleFeed
     assert choose_feed(timm, model, data, False) is ResidentFeed  # the test split has no augmentation
     from pkmixer.errors import ConfigError
 
     with pytest.raises(ConfigError, match="data.pipeline=resident: .*RandAugment"):
         choose_feed(build_config(None, {**SYNTH, "data.rand_augment": "rand-m9-mstd0.5-inc1",
-                                        "data.pipeline": "resident"}), model, data, True)
+                                        "data.pipeline": "resident"}).data, model, data, True)
 
 
 def test_resident_pipeline_with_augmentation_learns_and_resumes_exactly(tmp_path):
@@ -221,6 +221,6 @@ def test_compiled_training_equals_eager(tmp_path):
 def test_fig5_models_compile_to_one_graph(spec):
     """torch.compile traces each of Fig. 5's model families (the RP S-Mixer's gathers included) as one graph
     with no breaks: a break splits every mixing layer's CUDA graph and recompiles per layer."""
-    model = build_model(spec.config, num_classes=10)
+    model = build_model(spec.config.model, num_classes=10)
     explained = torch._dynamo.explain(model)(torch.randn(4, model.in_chans, model.img_size, model.img_size))
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons

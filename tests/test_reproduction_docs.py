@@ -70,7 +70,7 @@ def _batched(cfg) -> bool:
     from pkmixer.data import dataset_info
     from pkmixer.errors import ConfigError
     from pkmixer.models.registry import model_entry
-    from pkmixer.train.engine import batch_augment_for
+    from pkmixer.train.build import batch_augment_for
 
     entry = model_entry(cfg.model.name)
     options = {**entry.defaults, **cfg.model.options}
@@ -79,7 +79,7 @@ def _batched(cfg) -> bool:
                             num_classes=options.get("num_classes", info.num_classes))
     try:
         for train in (True, False):
-            batch_augment_for(cfg, model, train, info)
+            batch_augment_for(cfg.data, model, train, info)
     except ConfigError:
         return False
     return True

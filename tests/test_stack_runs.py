@@ -1,4 +1,4 @@
-"""K runs trained as one stack (pkmixer.train.stack_runs): each run directory equals its solo loop.train run - members
+"""K runs trained as one stack (pkmixer.train.stacked_runs): each run directory equals its solo loop.train run - members
 of their own learning rates and weight decays, gradient clipping and the Polyak average included - resumes alone or
 restacked, regroups after a kill between two members' writes, and a diverging member stops alone."""
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pkmixer import atomic
 from pkmixer.checkpoint import read_checkpoint
 from pkmixer.errors import ConfigError
 from pkmixer.experiments.sweep import RunSpec, load_rows, run_sweep, stack_groups
-from pkmixer.train import loop, stack_runs
+from pkmixer.train import evaluation, loop, stacked_runs
 from pkmixer.train.config import build_config
 from pkmixer.train.engine import TrainingDiverged
-from pkmixer.train.stack_runs import member_losses, train_stack
+from pkmixer.train.stacked_runs import member_losses, train_stack
 
 from conftest import forked
 
@@ -106,9 +106,9 @@ def test_stacked_runs_equal_solo_runs(solo, tmp_path):
         close(ours, theirs, f"seed {s}")
         rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
         assert [(r["stack_members"], r["stack_member"]) for r in rows] == [(3, s)] * 2
-        alone = loop.evaluate_run(d, "best")  # the checkpoint loads alone
+        alone = evaluation.evaluate_run(d, "best")  # the checkpoint loads alone
         close({k: v for k, v in alone.items() if k != "run"},
-              {k: v for k, v in loop.evaluate_run(solo / f"s{s}", "best").items() if k != "run"})
+              {k: v for k, v in evaluation.evaluate_run(solo / f"s{s}", "best").items() if k != "run"})
     # the members differ from each other: each its own seed, permutations and data
     a, b = (read_checkpoint(d / "checkpoints" / "latest.pt")["state_dict"] for d in dirs[:2])
     assert not torch.equal(a["blocks.0.token.mixing.in_index"], b["blocks.0.token.mixing.in_index"])
@@ -197,8 +197,8 @@ CLIP = 0.2  # about the median of the members' gradient norms
 def test_clipping_and_polyak_average_equal_solo_runs(tmp_path, monkeypatch):
     """optim.clip_grad clips each member by its own global norm (it binds: the members' norms exceed it) and
     optim.ema_decay keeps each member's average - checkpointed, restacked on resume and evaluated - as alone."""
-    norms, clip = [], stack_runs.clip_member_grads_
-    monkeypatch.setattr(stack_runs, "clip_member_grads_", lambda model, bound: norms.append(clip(model, bound)))
+    norms, clip = [], stacked_runs.clip_member_grads_
+    monkeypatch.setattr(stacked_runs, "clip_member_grads_", lambda model, bound: norms.append(clip(model, bound)))
     extra = {**SHARED, "optim.clip_grad": CLIP, "optim.ema_decay": 0.9}
     cfgs = [cfg(s, **extra, **own) for s, own in zip(SEEDS, OWN["sgd"])]  # SGD: the step is linear in the clip
     dirs = _equal_solo_runs(cfgs, tmp_path, stop_after=1)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from pkmixer.cli import main
-from pkmixer.train import engine, loop
+from pkmixer.train import build, engine, evaluation, loop
 from pkmixer.checkpoint import read_checkpoint
 from pkmixer.errors import ConfigError
 from pkmixer.train.config import build_config
@@ -55,7 +55,7 @@ def test_digits_reach_90_percent(tmp_path):
     assert sorted(p.name for p in run.iterdir()) == [".lock", "checkpoints", "config.yaml", "metrics.jsonl", "summary.json"]
     assert len(_metrics(run)) == 12
     # eval reproduces the validation-selected checkpoint's test error exactly
-    result = loop.evaluate_run(run)
+    result = evaluation.evaluate_run(run)
     assert result["checkpoint"] == "best" and result["selection"] == "val_error"
     assert result["epoch"] == summary["selected_epoch"]
     assert result["test_error"] == pytest.approx(summary["selected_test_error"])
@@ -71,7 +71,7 @@ def test_digits_one_epoch_run_and_eval(tmp_path):
     assert summary["status"] == "finished" and summary["selected_test_error"] < 0.9  # 10 classes: chance is 0.9
     assert sorted(p.name for p in run.iterdir()) == [".lock", "checkpoints", "config.yaml", "metrics.jsonl", "summary.json"]
     assert len(_metrics(run)) == 1
-    assert loop.evaluate_run(run, "best")["test_error"] == pytest.approx(summary["selected_test_error"])
+    assert evaluation.evaluate_run(run, "best")["test_error"] == pytest.approx(summary["selected_test_error"])
 
 
 @pytest.mark.slow  # training to an accuracy
@@ -190,10 +190,10 @@ def test_torchrun_two_processes_match_one(tmp_path):
 def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch, capsys):
     """Fault injection: once the first checkpoint exists, the model's training outputs turn to NaN."""
     run = tmp_path / "run"
-    real_build = engine.build_model
+    real_build = build.build_model
 
-    def poisoned(cfg, num_classes):
-        model = real_build(cfg, num_classes)
+    def poisoned(model_cfg, num_classes):
+        model = real_build(model_cfg, num_classes)
 
         def hook(module, inputs, output):
             good = (run / "checkpoints" / "latest.pt").exists() and module.training
@@ -201,7 +201,7 @@ def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch, capsys)
         model.register_forward_hook(hook)
         return model
 
-    monkeypatch.setattr(engine, "build_model", poisoned)
+    monkeypatch.setattr(build, "build_model", poisoned)
     args = [arg for k, v in SYNTH.items() for arg in ("--set", f"{k}={v}")]
     code = main(["train", *args, "--run-dir", str(run)])
     err = capsys.readouterr().err
@@ -302,8 +302,8 @@ def test_a_run_without_a_validation_split_selects_nothing(tmp_path):
                                               "data.test_subset": 100}), run, log=quiet)
     assert summary["selection"] == "none" and summary["selected_epoch"] is None
     assert not (run / "checkpoints" / "best.pt").exists()
-    result = loop.evaluate_run(run)
+    result = evaluation.evaluate_run(run)
     assert result["checkpoint"] == "latest" and result["epoch"] == 2 and result["selection"].startswith("none")
     assert result["test_error"] == pytest.approx(summary["final_test_error"])
     with pytest.raises(ConfigError, match="no best.pt"):
-        loop.evaluate_run(run, "best")
+        evaluation.evaluate_run(run, "best")

@@ -14,7 +14,9 @@ from .common import MAX_BATCH, bounded, checkpoint_path, fresh_output, print_tab
 def cmd_train(args: argparse.Namespace) -> int:
     """Train a registered model (App. C recipes); a run directory keeps config, metrics and checkpoints."""
     from ..train.config import MAX_EPOCHS, build_config, load_yaml
-    from ..train.loop import TrainingDiverged, default_run_dir, train
+    from ..train.engine import TrainingDiverged
+    from ..train.loop import train
+    from ..train.run import default_run_dir
     from ..train.preflight import preflight
 
     overrides = parse_overrides(args.set)
@@ -28,7 +30,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             build_config(None if args.config is None else load_yaml(args.config), overrides)
     else:
         cfg = build_config(None if args.config is None else load_yaml(args.config), overrides)
-    run_dir = args.run_dir or default_run_dir(cfg)
+    run_dir = args.run_dir or default_run_dir(cfg.model.name, cfg.data.name)
     if not args.resume:
         preflight(cfg, run_dir)
     try:
@@ -70,7 +72,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     """Top-1 error and loss on the test split: of a run's checkpoint, or of a checkpoint file (pkmixer ``.pt``,
     timm ``.pth`` or Flax ``.npz``) on the data set given with --set data.name=..."""
-    from ..train.loop import evaluate_checkpoint, evaluate_run
+    from ..train.evaluation import evaluate_checkpoint, evaluate_run
 
     overrides = parse_overrides(args.set)
     if args.data_dir is not None:
@@ -86,7 +88,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"eval takes the model from the checkpoint; drop --set {taken[0]}")
     if overrides:
         cfg = build_config(None, overrides)  # every value checked against its domain
-        model_options(cfg)  # a head with fewer classes than the data set's is refused
+        model_options(cfg.model, cfg.data)  # a head with fewer classes than the data set's is refused
         if cfg.data.data_dir is not None and not Path(cfg.data.data_dir).is_dir():  # --data-dir or --set
             raise ConfigError(f"data.data_dir {cfg.data.data_dir} is not a folder")
     if target.is_file():

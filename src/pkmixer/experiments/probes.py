@@ -34,7 +34,7 @@ from torch import nn
 from ..atomic import write_atomically, write_text_atomically
 from ..checkpoint import read_checkpoint
 from ..errors import ConfigError
-from ..train.config import TrainConfig, build_config, load_yaml
+from ..train.config import DataConfig, build_config, load_yaml
 from ..train.rundir import RunDir, RunLock
 
 SHOTS = 5
@@ -42,33 +42,34 @@ DRAWS = 5  # draws of the shot set, averaged
 RIDGE = 1.0  # the ridge penalty on standardised features
 
 
-def _eval_batches(cfg: TrainConfig, model: nn.Module, ds, indices: Sequence[int] | None = None
+def _eval_batches(data: DataConfig, model: nn.Module, ds, indices: Sequence[int] | None = None
                   ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """``ds`` (or its examples ``indices``) through the evaluation transform, in batches of
     ``data.eval_batch_size``: batched on resident data, per example otherwise."""
     from ..data.resident import to_resident
-    from ..train.engine import ResidentFeed, batch_augment_for, choose_feed, transform_for
+    from ..train.build import batch_augment_for, transform_for
+    from ..train.feeds import ResidentFeed, choose_feed
 
     order = torch.arange(len(ds)) if indices is None else torch.as_tensor(list(indices), dtype=torch.int64)
-    size = cfg.data.eval_batch_size
-    if choose_feed(cfg, model, ds, train=False) is ResidentFeed:
-        data, augment = to_resident(ds), batch_augment_for(cfg, model, False, ds.info)
+    size = data.eval_batch_size
+    if choose_feed(data, model, ds, train=False) is ResidentFeed:
+        held, augment = to_resident(ds), batch_augment_for(data, model, False, ds.info)
         for chunk in order.split(size):
-            yield augment(data.images[chunk], data.labels[chunk])
+            yield augment(held.images[chunk], held.labels[chunk])
     else:
-        ds.transform = transform_for(cfg, model, train=False)
+        ds.transform = transform_for(data, model, train=False)
         for chunk in order.split(size):
             pairs = [ds[int(i)] for i in chunk]
             yield torch.stack([p[0] for p in pairs]), torch.as_tensor([int(p[1]) for p in pairs])
 
 
-def _features(cfg: TrainConfig, model: nn.Module, ds, indices: Sequence[int] | None = None
+def _features(data: DataConfig, model: nn.Module, ds, indices: Sequence[int] | None = None
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Pre-logit features, logits and labels of ``ds`` (or of ``indices``), on the CPU in float64."""
     feats, logits, labels = [], [], []
     model.eval()
     with torch.no_grad():
-        for images, y in _eval_batches(cfg, model, ds, indices):
+        for images, y in _eval_batches(data, model, ds, indices):
             tokens = model.forward_features(images)
             feats.append(model.forward_head(tokens, pre_logits=True).double().cpu())
             logits.append(model.forward_head(tokens).double().cpu())
@@ -100,21 +101,21 @@ def _shots(labels: np.ndarray, classes: int, shots: int, rng: np.random.Generato
     return picked
 
 
-def fewshot5(cfg: TrainConfig, model: nn.Module, sets: dict, run: RunDir) -> dict[str, float]:
+def fewshot5(data: DataConfig, seed: int, model: nn.Module, sets: dict, run: RunDir) -> dict[str, float]:
     train, test = sets["train"], sets["test"]
     classes = train.info.num_classes
     labels = np.asarray(train.targets)
-    test_x, _, test_y = _features(cfg, model, test)
+    test_x, _, test_y = _features(data, model, test)
     errors = []
     for draw in range(DRAWS):
-        rng = np.random.default_rng([cfg.run.seed, draw])
-        train_x, _, train_y = _features(cfg, model, train, _shots(labels, classes, SHOTS, rng))
+        rng = np.random.default_rng([seed, draw])
+        train_x, _, train_y = _features(data, model, train, _shots(labels, classes, SHOTS, rng))
         errors.append(ridge_error(train_x, train_y, test_x, test_y, classes))
     return {"fewshot5_error": float(np.mean(errors))}
 
 
-def top5(cfg: TrainConfig, model: nn.Module, sets: dict, run: RunDir) -> dict[str, float]:
-    _, logits, labels = _features(cfg, model, sets["test"])
+def top5(data: DataConfig, seed: int, model: nn.Module, sets: dict, run: RunDir) -> dict[str, float]:
+    _, logits, labels = _features(data, model, sets["test"])
     top = logits.topk(min(5, logits.shape[1]), dim=1).indices
     return {"top1_error": float((top[:, 0] != labels).double().mean()),
             "top5_error": float(1.0 - (top == labels[:, None]).any(1).double().mean())}
@@ -123,14 +124,15 @@ def top5(cfg: TrainConfig, model: nn.Module, sets: dict, run: RunDir) -> dict[st
 GRAMS = re.compile(r"grams-([1-9][0-9]*)x([1-9][0-9]*)")
 
 
-def grams(cfg: TrainConfig, model: nn.Module, sets: dict, run: RunDir, batches: int, size: int) -> dict[str, Any]:
+def grams(data: DataConfig, seed: int, model: nn.Module, sets: dict, run: RunDir, batches: int,
+          size: int) -> dict[str, Any]:
     from ..analysis.cka import feature_grams
 
     test = sets["test"]
     count = min(len(test), batches * size) // size * size
     if count == 0:
         raise ConfigError(f"the CKA probe needs at least {size} test images; the test split has {len(test)}")
-    images = torch.cat([x for x, _ in _eval_batches(cfg, model, test, range(count))])
+    images = torch.cat([x for x, _ in _eval_batches(data, model, test, range(count))])
     names, stack = feature_grams(model, images.split(size))
     buffer = io.BytesIO()
     np.savez(buffer, grams=stack.astype(np.float32), names=np.array(names))  # float32: CKA to ~1e-6
@@ -148,7 +150,7 @@ def _probe(name: str) -> Callable[..., dict[str, Any]]:
     match = GRAMS.fullmatch(name)
     if match is None:
         raise ConfigError(f"unknown probe {name!r}; the probes are {', '.join(PROBES)} and grams-<B>x<n>")
-    return lambda cfg, model, sets, run: grams(cfg, model, sets, run, int(match[1]), int(match[2]))
+    return lambda data, seed, model, sets, run: grams(data, seed, model, sets, run, int(match[1]), int(match[2]))
 
 
 def load_grams(run_dir: str | Path) -> tuple[list[str], np.ndarray]:
@@ -191,7 +193,7 @@ def missing_probes(run_dir: str | Path, names: Sequence[str]) -> list[str]:
 def run_probes(run_dir: str | Path, names: Sequence[str], log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the probes of ``names`` that ``probes.json`` lacks on the run's final weights; write the file
     atomically (once, with every probe) and return its contents."""
-    from ..train.engine import model_and_data
+    from ..train.build import model_and_data
 
     run = RunDir(Path(run_dir))
     todo = missing_probes(run.root, check_probes(names))
@@ -202,9 +204,9 @@ def run_probes(run_dir: str | Path, names: Sequence[str], log: Callable[[str], N
         results = read_probes(run.root)
         cfg = build_config(load_yaml(run.config))
         payload = read_checkpoint(run.latest)
-        model, sets = model_and_data(cfg, ("train", "test"), payload, run.latest)
+        model, sets = model_and_data(cfg.model, cfg.data, cfg.run.seed, ("train", "test"), payload, run.latest)
         for name in todo:
             log(f"probe {name}")
-            results[name] = _probe(name)(cfg, model, sets, run)
+            results[name] = _probe(name)(cfg.data, cfg.run.seed, model, sets, run)
         write_text_atomically(run.probes, json.dumps(results, indent=2))
     return results

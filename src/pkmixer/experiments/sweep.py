@@ -19,7 +19,7 @@ One process at a time may drive a sweep directory (a lock file, ``.lock``).
 Stacking (``stack=True``, ``pkmixer reproduce --stack``; off by default): the runs still to train whose configs
 differ only in ``run.seed``, ``model.structure_seed``, ``optim.lr`` and ``optim.weight_decay`` (a point's seeds,
 and a learning-rate sweep's points) are one job, trained as one stacked model
-(:mod:`pkmixer.train.stack_runs`: each run directory as if trained alone, resumable alone or restacked); a job
+(:mod:`pkmixer.train.stacked_runs`: each run directory as if trained alone, resumable alone or restacked); a job
 the stack refuses (a model it cannot carry) trains its runs alone. Each row's ``stack`` and curve record how the
 run trained (its results depend on it to float rounding). A stacked run's ``wall_time`` counts the whole stack's.
 
@@ -283,20 +283,36 @@ def load_rows(sweep_dir: Path) -> list[dict]:
 # ---- one run (in a worker process, a Ray task or this process) ------------------------------------------
 
 
-def execute_run(name: str, config: TrainConfig, run_dir: str, log_path: str, probes: Sequence[str],
-                threads: int | None) -> dict:
-    """Train, resume or skip one run, then run the ``probes`` it still lacks on its finished model; never raises
+@dataclass(frozen=True)
+class RunJob:
+    """One run as a worker takes it (plain values: it travels to other processes and Ray tasks)."""
+
+    name: str
+    config: TrainConfig
+    run_dir: str
+    log_path: str
+    probes: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, spec: RunSpec, sweep: SweepDir) -> RunJob:
+        return cls(spec.name, spec.config, str(sweep.run(spec.name)), str(sweep.log(spec.name)), tuple(spec.probes))
+
+
+def execute_run(job: RunJob, threads: int | None) -> dict:
+    """Train, resume or skip one run, then run the probes it still lacks on its finished model; never raises
     for a failed run: returns {"name", "status", "error"}."""
     import torch
 
-    from ..train.loop import TrainingDiverged, train
+    from ..train.engine import TrainingDiverged
+    from ..train.loop import train
 
-    run = Path(run_dir)
+    name, config, probes = job.name, job.config, job.probes
+    run = Path(job.run_dir)
     files = RunDir(run)
     if threads:
         torch.set_num_threads(threads)
-    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "a") as logfile:
+    Path(job.log_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(job.log_path, "a") as logfile:
         def log(message: str) -> None:
             logfile.write(message + "\n")
             logfile.flush()
@@ -328,22 +344,21 @@ def execute_run(name: str, config: TrainConfig, run_dir: str, log_path: str, pro
     return {"name": name, "status": run_status(run), "error": None}
 
 
-def execute_stack(jobs: Sequence[tuple], threads: int | None) -> list[dict]:
-    """Train or resume the runs of ``jobs`` (execute_run's arguments, configs that :func:`stack_groups` put
-    together) as one stack (:func:`pkmixer.train.stack_runs.train_stack`), then the probes each still lacks; one
+def execute_stack(jobs: Sequence[RunJob], threads: int | None) -> list[dict]:
+    """Train or resume the runs of ``jobs`` (configs that :func:`stack_groups` put together) as one stack (:func:`pkmixer.train.stacked_runs.train_stack`), then the probes each still lacks; one
     result per run, as :func:`execute_run`'s. Runs that are done are skipped as there; when the stack is refused
     before anything is written (a model it cannot carry, the per-sample pipeline), each run trains alone instead."""
     import torch
 
-    from ..train.stack_runs import train_stack
+    from ..train.stacked_runs import train_stack
 
     if threads:
         torch.set_num_threads(threads)
-    todo = [j for j in jobs if run_status(Path(j[2])) not in DONE]
+    todo = [j for j in jobs if run_status(Path(j.run_dir)) not in DONE]
     logs = []
     for job in todo:
-        Path(job[3]).parent.mkdir(parents=True, exist_ok=True)
-        logs.append(open(job[3], "a"))
+        Path(job.log_path).parent.mkdir(parents=True, exist_ok=True)
+        logs.append(open(job.log_path, "a"))
 
     def log(message: str) -> None:
         for f in logs:
@@ -355,39 +370,40 @@ def execute_stack(jobs: Sequence[tuple], threads: int | None) -> list[dict]:
     try:
         if len(todo) > 1:
             for job in todo:
-                RunDir(Path(job[2])).error.unlink(missing_ok=True)
-            log(f"--- training {', '.join(j[0] for j in todo)} as one stack")
+                RunDir(Path(job.run_dir)).error.unlink(missing_ok=True)
+            log(f"--- training {', '.join(j.name for j in todo)} as one stack")
             try:
-                summaries = train_stack([None if RunDir(Path(j[2])).latest.is_file() else j[1] for j in todo],
-                                        [j[2] for j in todo], resume=[Path(j[2]).exists() for j in todo], log=log)
-                errors = {j[0]: s["error"] for j, s in zip(todo, summaries) if s["status"] == "diverged"}
+                summaries = train_stack([None if RunDir(Path(j.run_dir)).latest.is_file() else j.config for j in todo],
+                                        [j.run_dir for j in todo], resume=[Path(j.run_dir).exists() for j in todo],
+                                        log=log)
+                errors = {j.name: s["error"] for j, s in zip(todo, summaries) if s["status"] == "diverged"}
             except ConfigError as err:
                 log(f"not stacked ({err}): each run trains alone")
             except Exception as err:  # recorded for the table, for every run of the stack
                 message = f"{type(err).__name__}: {err}".splitlines()[0]
                 log(traceback.format_exc())
                 for job in todo:
-                    Path(job[2]).mkdir(parents=True, exist_ok=True)
-                    RunDir(Path(job[2])).error.write_text(message + "\n")
-                errors, failed = {j[0]: message for j in todo}, True
+                    Path(job.run_dir).mkdir(parents=True, exist_ok=True)
+                    RunDir(Path(job.run_dir)).error.write_text(message + "\n")
+                errors, failed = {j.name: message for j in todo}, True
     finally:
         for f in logs:
             f.close()
     # what is left - probes, or every run when the stack was refused - goes the solo way (done runs skipped)
-    return [{"name": j[0], "status": "failed" if failed else "diverged", "error": errors[j[0]]} if j[0] in errors
-            else execute_run(*j, threads) for j in jobs]
+    return [{"name": j.name, "status": "failed" if failed else "diverged", "error": errors[j.name]} if j.name in errors
+            else execute_run(j, threads) for j in jobs]
 
 
-def execute_group(jobs: Sequence[tuple], threads: int | None) -> list[dict]:
+def execute_group(jobs: Sequence[RunJob], threads: int | None) -> list[dict]:
     """One run alone (:func:`execute_run`), or several as one stack (:func:`execute_stack`); their results."""
-    return execute_stack(jobs, threads) if len(jobs) > 1 else [execute_run(*jobs[0], threads)]
+    return execute_stack(jobs, threads) if len(jobs) > 1 else [execute_run(jobs[0], threads)]
 
 
 def stack_groups(specs: Sequence[RunSpec]) -> list[list[RunSpec]]:
     """The specs in groups that may train as one stack: configs equal but for what each member keeps its own
-    (:data:`pkmixer.train.stack_runs.PER_MEMBER`: the two seeds, ``optim.lr``, ``optim.weight_decay``), in the
+    (:data:`pkmixer.train.stacked_runs.PER_MEMBER`: the two seeds, ``optim.lr``, ``optim.weight_decay``), in the
     specs' order (a group of one trains alone). Decided from the configs alone, never by timing."""
-    from ..train.stack_runs import stack_key
+    from ..train.stacked_runs import stack_key
 
     groups: dict[str, list[RunSpec]] = {}
     for spec in specs:
@@ -462,7 +478,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _run_local(groups: list[list[tuple]], workers: int, threads: int, gpus: int,
+def _run_local(groups: list[list[RunJob]], workers: int, threads: int, gpus: int,
                on_done: Callable[[dict], None]) -> None:
     if workers == 1 and not gpus:
         import torch
@@ -490,7 +506,7 @@ def _run_local(groups: list[list[tuple]], workers: int, threads: int, gpus: int,
         for i in gpu_assignment(workers, gpus):
             gpu_ids.put(i)
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(threads, gpu_ids)) as pool:
-        futures = {pool.submit(execute_group, group, threads): [job[0] for job in group] for group in groups}
+        futures = {pool.submit(execute_group, group, threads): [job.name for job in group] for group in groups}
         try:
             for future in as_completed(futures):
                 try:
@@ -505,7 +521,7 @@ def _run_local(groups: list[list[tuple]], workers: int, threads: int, gpus: int,
             raise
 
 
-def _run_ray(groups: list[list[tuple]], workers: int | None, threads: int | None, address: str | None,
+def _run_ray(groups: list[list[RunJob]], workers: int | None, threads: int | None, address: str | None,
              on_done: Callable[[dict], None], log: Callable[[str], None]) -> None:
     try:
         import ray
@@ -534,7 +550,7 @@ def _run_ray(groups: list[list[tuple]], workers: int | None, threads: int | None
         while pending or running:
             while pending and len(running) < limit:
                 group = pending.pop(0)
-                running[task.remote(group, per_run)] = [job[0] for job in group]
+                running[task.remote(group, per_run)] = [job.name for job in group]
             ready, _ = ray.wait(list(running), num_returns=1)
             names = running.pop(ready[0])
             try:
@@ -630,8 +646,7 @@ def run_sweep(specs: Sequence[RunSpec], sweep_dir: Path, *, backend: str = "loca
 
         if todo:
             groups = stack_groups(todo) if stack else [[s] for s in todo]
-            jobs = [[(s.name, s.config, str(sweep.run(s.name)), str(sweep.log(s.name)), s.probes) for s in group]
-                    for group in groups]
+            jobs = [[RunJob.of(s, sweep) for s in group] for group in groups]
             if backend == "local":
                 import torch
 

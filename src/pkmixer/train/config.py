@@ -192,62 +192,52 @@ def _section(name: str, cls: type, values: dict[str, Any], base: Any) -> Any:
     return dataclasses.replace(base, **updates)
 
 
-def _check_ranges(cfg: TrainConfig) -> None:
-    """Every value against its domain (types and finiteness were checked by :func:`_check_value`)."""
-    from ..data import check_rand_augment, list_datasets
-    from ..data.transforms import AUTO_AUGMENT_POLICIES, EVAL_CROPS
+def _positive(values: dict[str, Any], nullable: bool = False) -> None:
+    for key, value in values.items():
+        if value is not None and value <= 0:
+            raise ConfigError(f"{key}={value} must be positive{' (or null)' if nullable else ''}")
+
+
+def _not_negative(values: dict[str, float]) -> None:
+    for key, value in values.items():
+        if value < 0:
+            raise ConfigError(f"{key}={value} must not be negative")
+
+
+def _unit(values: dict[str, float]) -> None:
+    for key, value in values.items():
+        if not 0 <= value < 1:
+            raise ConfigError(f"{key}={value} must lie in [0, 1)")
+
+
+def _check_model(m: ModelConfig) -> None:
     from ..models.registry import model_entry
 
-    m, d, o, s, r = cfg.model, cfg.data, cfg.optim, cfg.schedule, cfg.run
     model_entry(m.name)  # an unknown model is refused with the closest names
     if m.init is not None and not m.init.strip():
         raise ConfigError("model.init must name a checkpoint file (or be null)")
+
+
+def _check_data(d: DataConfig) -> None:
+    from ..data import check_rand_augment, list_datasets
+    from ..data.transforms import AUTO_AUGMENT_POLICIES, EVAL_CROPS
+
     if d.name != "auto" and d.name not in list_datasets():
-        from ..errors import unknown_name
         raise unknown_name("data set (data.name)", d.name, ["auto", *list_datasets()])
     if d.data_dir is not None and not d.data_dir.strip():
         raise ConfigError("data.data_dir must name a folder (or be null)")
-    positive = {"data.batch_size": d.batch_size, "data.eval_batch_size": d.eval_batch_size,
-                "schedule.epochs": s.epochs, "run.save_every": r.save_every}
-    for key, value in positive.items():
-        if value <= 0:
-            raise ConfigError(f"{key}={value} must be positive")
-    if s.epochs > MAX_EPOCHS:
-        raise ConfigError(f"schedule.epochs={s.epochs} is more than {MAX_EPOCHS}")
-    for key, value in {"data.train_subset": d.train_subset, "data.test_subset": d.test_subset,
-                       "data.resize": d.resize}.items():
-        if value is not None and value <= 0:
-            raise ConfigError(f"{key}={value} must be positive (or null)")
-    if not 0 <= r.seed <= MAX_SEED:
-        raise ConfigError(f"run.seed={r.seed} must lie in [0, {MAX_SEED}]")
+    _positive({"data.batch_size": d.batch_size, "data.eval_batch_size": d.eval_batch_size})
+    _positive({"data.train_subset": d.train_subset, "data.test_subset": d.test_subset, "data.resize": d.resize},
+              nullable=True)
     if d.crop_padding is not None and d.crop_padding < 0:
         raise ConfigError(f"data.crop_padding={d.crop_padding} must not be negative (or null for none)")
     if not 0 <= d.workers <= MAX_WORKERS:
         raise ConfigError(f"data.workers={d.workers} must lie in [0, {MAX_WORKERS}]")
-    unit = {"data.val_fraction": d.val_fraction, "data.random_erasing": d.random_erasing,
-            "data.label_smoothing": d.label_smoothing, "data.mixup_switch_prob": d.mixup_switch_prob,
-            "optim.betas[0]": o.betas[0], "optim.betas[1]": o.betas[1]}
-    for key, value in unit.items():
-        if not 0 <= value < 1 and not (key == "data.mixup_switch_prob" and value == 1):
-            raise ConfigError(f"{key}={value} must lie in [0, 1)")
-    if not 0 <= o.momentum <= 1:
-        raise ConfigError(f"optim.momentum={o.momentum} must lie in [0, 1]")
-    if o.name == "sgd" and o.nesterov and o.momentum == 0:
-        raise ConfigError("optim.nesterov=true needs optim.momentum > 0 (or set optim.nesterov=false)")
-    nonneg = {"data.mixup": d.mixup, "data.cutmix": d.cutmix, "optim.weight_decay": o.weight_decay,
-              "schedule.warmup_epochs": s.warmup_epochs, "schedule.min_lr": s.min_lr,
-              "schedule.warmup_lr": s.warmup_lr}
-    for key, value in nonneg.items():
-        if value < 0:
-            raise ConfigError(f"{key}={value} must not be negative")
-    if s.warmup_epochs > MAX_EPOCHS:
-        raise ConfigError(f"schedule.warmup_epochs={s.warmup_epochs} is more than {MAX_EPOCHS}")
-    if o.lr <= 0:
-        raise ConfigError(f"optim.lr={o.lr} must be positive")
-    if o.clip_grad is not None and o.clip_grad <= 0:
-        raise ConfigError(f"optim.clip_grad={o.clip_grad} must be positive (or null for none)")
-    if o.ema_decay is not None and not 0 < o.ema_decay < 1:
-        raise ConfigError(f"optim.ema_decay={o.ema_decay} must lie in (0, 1) (or null for none)")
+    _unit({"data.val_fraction": d.val_fraction, "data.random_erasing": d.random_erasing,
+           "data.label_smoothing": d.label_smoothing})
+    if not 0 <= d.mixup_switch_prob <= 1:
+        raise ConfigError(f"data.mixup_switch_prob={d.mixup_switch_prob} must lie in [0, 1]")
+    _not_negative({"data.mixup": d.mixup, "data.cutmix": d.cutmix})
     if d.random_resized_crop is not None:
         low, high = d.random_resized_crop
         if not 0 < low <= high <= 1:
@@ -260,6 +250,41 @@ def _check_ranges(cfg: TrainConfig) -> None:
                           f"{', '.join(AUTO_AUGMENT_POLICIES)}")
     if d.rand_augment is not None:
         check_rand_augment(d.rand_augment)
+
+
+def _check_optim(o: OptimConfig) -> None:
+    _unit({"optim.betas[0]": o.betas[0], "optim.betas[1]": o.betas[1]})
+    if not 0 <= o.momentum <= 1:
+        raise ConfigError(f"optim.momentum={o.momentum} must lie in [0, 1]")
+    if o.name == "sgd" and o.nesterov and o.momentum == 0:
+        raise ConfigError("optim.nesterov=true needs optim.momentum > 0 (or set optim.nesterov=false)")
+    _not_negative({"optim.weight_decay": o.weight_decay})
+    if o.lr <= 0:
+        raise ConfigError(f"optim.lr={o.lr} must be positive")
+    if o.clip_grad is not None and o.clip_grad <= 0:
+        raise ConfigError(f"optim.clip_grad={o.clip_grad} must be positive (or null for none)")
+    if o.ema_decay is not None and not 0 < o.ema_decay < 1:
+        raise ConfigError(f"optim.ema_decay={o.ema_decay} must lie in (0, 1) (or null for none)")
+
+
+def _check_schedule(s: ScheduleConfig) -> None:
+    _positive({"schedule.epochs": s.epochs})
+    _not_negative({"schedule.warmup_epochs": s.warmup_epochs, "schedule.min_lr": s.min_lr,
+                   "schedule.warmup_lr": s.warmup_lr})
+    for key, value in {"schedule.epochs": s.epochs, "schedule.warmup_epochs": s.warmup_epochs}.items():
+        if value > MAX_EPOCHS:
+            raise ConfigError(f"{key}={value} is more than {MAX_EPOCHS}")
+
+
+def _check_run(r: RunConfig) -> None:
+    _positive({"run.save_every": r.save_every})
+    if not 0 <= r.seed <= MAX_SEED:
+        raise ConfigError(f"run.seed={r.seed} must lie in [0, {MAX_SEED}]")
+
+
+# every value against its domain, section by section (types and finiteness were checked by _check_value)
+RANGE_CHECKS = {"model": _check_model, "data": _check_data, "optim": _check_optim, "schedule": _check_schedule,
+                "run": _check_run}
 
 
 def build_config(preset: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None,
@@ -284,7 +309,8 @@ def build_config(preset: dict[str, Any] | None = None, overrides: dict[str, Any]
         nested.setdefault(section, {})[key] = value
     updates = {name: _section(name, SECTIONS[name], values, getattr(cfg, name)) for name, values in nested.items()}
     cfg = dataclasses.replace(cfg, **updates)
-    _check_ranges(cfg)
+    for name, check in RANGE_CHECKS.items():
+        check(getattr(cfg, name))
     return cfg
 
 

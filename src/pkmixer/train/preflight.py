@@ -11,7 +11,7 @@ import torch
 
 from ..errors import ConfigError, check_input_file, check_output_path
 from ..models.registry import available_memory, create_model
-from .config import TrainConfig
+from .config import DataConfig, ModelConfig, TrainConfig
 
 
 def check_head_classes(model_classes: int, data_classes: int, data_name: str) -> None:
@@ -21,12 +21,12 @@ def check_head_classes(model_classes: int, data_classes: int, data_name: str) ->
                           f"{data_classes} classes of {data_name} (labels 0..{data_classes - 1})")
 
 
-def model_options(cfg: TrainConfig) -> dict[str, Any]:
+def model_options(model: ModelConfig, data: DataConfig) -> dict[str, Any]:
     """The model options with the data set's class count unless they set one, checked by
     :func:`check_head_classes` (ImageNet's class count is the folder's: known only once it is read)."""
     from ..data import dataset_info  # lazily: the data package imports torchvision
 
-    d, options = cfg.data, dict(cfg.model.options)
+    d, options = data, dict(model.options)
     data_classes = None if d.name == "imagenet" else dataset_info("digits" if d.name == "auto" else d.name).num_classes
     if data_classes is not None:
         classes = options.setdefault("num_classes", data_classes)
@@ -46,7 +46,7 @@ def preflight(cfg: TrainConfig, run_dir: str | Path) -> None:
             check_output_path(d.data_dir, "data.data_dir", folder=True)
         elif not Path(d.data_dir).is_dir():
             raise ConfigError(f"data.data_dir {d.data_dir} is not a folder")
-    options = model_options(cfg)
+    options = model_options(cfg.model, cfg.data)
     if m.init is not None:
         check_input_file(m.init, "model.init checkpoint")
         return  # the checkpoint sets the architecture; the loop checks that the options fit it

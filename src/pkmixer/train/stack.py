@@ -30,7 +30,7 @@ index pairs and :class:`~pkmixer.layers.pk.PermuteColumns`) nor CSR weights (who
 where it runs it measured slower than these layers (section s), so it is not used.
 
 Real runs - run directories, checkpoints, resume, per-member schedules, augmentation, the Polyak average -
-trained as one stack are :mod:`pkmixer.train.stack_runs`.
+trained as one stack are :mod:`pkmixer.train.stacked_runs`.
 """
 from __future__ import annotations
 
@@ -423,7 +423,7 @@ def _test_errors(model: nn.Module, data: TensorData, batch: int, stacked: int | 
 def _no_ema(configs: Sequence[OptimConfig]) -> None:
     if configs[0].ema_decay is not None:
         raise ConfigError("train_one and train_stacked keep no Polyak average; set ema_decay to None (real runs "
-                          "stack with it: pkmixer.train.stack_runs)")
+                          "stack with it: pkmixer.train.stacked_runs)")
 
 
 def train_one(model: nn.Module, seed: int, data: TensorData, optim: OptimConfig, epochs: int, batch_size: int,

@@ -1,18 +1,18 @@
-"""K runs trained as one stack (:mod:`pkmixer.train.stack`), each run directory what :func:`pkmixer.train.loop.train`
-would have written for it alone.
+"""K runs trained as one stacked model (:mod:`pkmixer.train.stack`), each run directory what
+:func:`pkmixer.train.loop.train` would have written for it alone.
 
 :func:`train_stack` takes K configs that differ only in :data:`PER_MEMBER` - ``run.seed``,
 ``model.structure_seed``, ``optim.lr`` and ``optim.weight_decay`` - and K run directories. Each member is set up
-exactly as a solo run (:func:`pkmixer.train.loop.open_run`: seeded, its own data split, resident feeds, engine,
+exactly as a solo run (:meth:`pkmixer.train.run.Run.build`: seeded, its own data split, resident feeds, engine,
 and on resume its own ``latest.pt``); the members' models, optimiser states and Polyak averages are then
 stacked, and each epoch every member's batch comes from its own feed (its data order and augmentation draws
 keyed by its own seed, as alone), its learning rate from its own schedule (its engine's, stepped through the
-epoch as alone: per-member learning rates, issue 15 item 2), its gradient clipped to ``optim.clip_grad`` by its
+epoch as alone), its gradient clipped to ``optim.clip_grad`` by its
 own global norm, one :class:`~pkmixer.train.stack.MemberOptimizer` step for all, the stacked Polyak average
 (``optim.ema_decay``, timm's ``ModelEmaV3`` as the solo engine keeps it) updated after it, and one stacked
 evaluation of the weights and of their average over each member's test set. At the end of an epoch the weights,
 optimiser state and average are unstacked into each member's model and engine, and each member's metrics row and
-checkpoints are written by :func:`pkmixer.train.loop.end_epoch_writes`, member after member: the checkpoints are
+checkpoints are written by :meth:`pkmixer.train.run.Run.end_epoch`, member after member: the checkpoints are
 a solo run's, loadable alone, and ``loop.train(cfg, dir, resume=True)`` continues a member alone. Rows gain
 ``stack_members`` (the stack's size that epoch) and ``stack_member`` (the member's place in it): the float
 rounding of a stacked epoch may depend on them.
@@ -29,7 +29,7 @@ Refused (:class:`~pkmixer.errors.ConfigError`): configs that differ in anything 
 per-sample pipeline (the resident one only); several processes (torchrun); and whatever
 :func:`~pkmixer.train.stack.stack_models` refuses. ``run.compile`` compiles the stacked model as
 :func:`~pkmixer.train.engine.compiled` compiles a solo run's (the optimiser step and the Polyak average stay eager,
-as there): fewer, fused kernels for the launch-bound small runs on a GPU (issue 15 item 4). Tested in
+as there): fewer, fused kernels for the launch-bound small runs on a GPU. Tested in
 tests/test_stack_runs.py.
 """
 from __future__ import annotations
@@ -39,7 +39,6 @@ import math
 import os
 import random
 import time
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -51,14 +50,12 @@ from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
 from timm.utils import ModelEmaV3
 from torch import nn
 
-from ..checkpoint import read_checkpoint
 from ..errors import ConfigError
 from . import distributed as dist_
 from .config import TrainConfig
-from .engine import StepEngine, autocast, compiled, evaluate
-from .loop import (OpenRun, claim_run, end_epoch_writes, open_run, prepare_run, resolve_auto_data, rng_state,
-                   seed_everything, set_threads, start_files, write_diverged, write_summary)
-from .rundir import RunDir
+from .engine import StepEngine, compile_mode, compiled
+from .evaluation import evaluate
+from .run import Run, check_stop_after, rng_state, set_threads
 from .stack import MemberOptimizer, StackedModel, build_optimizer, clip_member_grads_, stack_models
 
 # what stacked runs' configs may differ in: the seeds, and each member's own learning rate and weight decay
@@ -80,30 +77,10 @@ def flat_config(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _shared(cfg: TrainConfig) -> dict[str, Any]:
-    return {k: v for k, v in flat_config(cfg.as_dict()).items() if k not in PER_MEMBER}
-
-
 def stack_key(cfg: TrainConfig) -> str:
     """What must agree for runs to train as one stack: the config but for :data:`PER_MEMBER`, as text."""
-    return json.dumps(_shared(cfg), sort_keys=True, default=str)
-
-
-def check_stackable(cfgs: list[TrainConfig]) -> None:
-    """ConfigError unless the configs can train as one stack (module docstring): equal but for
-    :data:`PER_MEMBER`."""
-    if not cfgs:
-        raise ConfigError("train_stack needs at least one run")
-    first = _shared(cfgs[0])
-    for i, cfg in enumerate(cfgs[1:], 1):
-        other = _shared(cfg)
-        differ = sorted(k for k in first.keys() | other.keys() if first.get(k, "?") != other.get(k, "?"))
-        if differ:
-            raise ConfigError(f"stacked runs may differ only in {', '.join(PER_MEMBER)}; run {i} differs from run "
-                              f"0 in {', '.join(differ[:3])}")
-    c = cfgs[0]
-    if c.data.pipeline == "per-sample":
-        raise ConfigError("stacked runs need the resident data pipeline; data.pipeline=per-sample cannot be stacked")
+    return json.dumps({k: v for k, v in flat_config(cfg.as_dict()).items() if k not in PER_MEMBER},
+                      sort_keys=True, default=str)
 
 
 # ---- losses and optimiser state ---------------------------------------------------------------------------
@@ -130,7 +107,7 @@ def member_losses(criterion: nn.Module, logits: torch.Tensor, targets: torch.Ten
 @dataclass
 class _Member:
     index: int
-    r: OpenRun
+    r: Run
     rng: dict[str, Any]  # the RNG states its solo run would checkpoint (stacked training draws from none)
     end_epoch: int
     epoch: int  # completed epochs
@@ -164,7 +141,8 @@ def _restack(group: list[_Member], ctx: dist_.Context) -> _Stack:
     if first.cfg.optim.ema_decay is not None:
         ema = ModelEmaV3(model, decay=first.cfg.optim.ema_decay)
         ema.module.load_state_dict(stack_models([m.r.engine.ema.module for m in group]).state_dict())
-    net = compiled(model, first.cfg.run.compile_mode) if first.cfg.run.compile else model
+    mode = compile_mode(first.cfg.run)
+    net = model if mode is None else compiled(model, mode)
     return _Stack(group, model, net, optimizer, ema)
 
 
@@ -195,7 +173,8 @@ def _member_lrs(engines: list[StepEngine], epoch: int, like: torch.Tensor) -> to
 def _train_epoch(stack: _Stack, epoch: int, ctx: dist_.Context) -> list[float]:
     """One epoch of the stack (as :meth:`StepEngine.train_epoch` for each member); the members' mean losses."""
     engines = stack.engines
-    cfg, steps, K = engines[0].cfg, engines[0].steps_per_epoch, len(engines)
+    first, steps, K = engines[0], engines[0].steps_per_epoch, len(engines)
+    clip = first.optim.clip_grad
     lrs = _member_lrs(engines, epoch, next(stack.model.parameters()))
     stack.net.train()
     loss_sum = torch.zeros(K, dtype=torch.float64, device=ctx.device)
@@ -203,12 +182,12 @@ def _train_epoch(stack: _Stack, epoch: int, ctx: dist_.Context) -> list[float]:
     for i, batches in enumerate(zip(*(e.train_feed.epoch(epoch) for e in engines), strict=True)):
         images = torch.stack([b[0] for b in batches])
         targets = torch.stack([b[1] for b in batches])
-        with autocast(cfg, ctx.device):
-            losses = member_losses(engines[0].criterion, stack.net(images), targets)
+        with first.precision.autocast(ctx.device):
+            losses = member_losses(first.criterion, stack.net(images), targets)
         stack.optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()  # each member's gradient is its own loss's
-        if cfg.optim.clip_grad is not None:
-            clip_member_grads_(stack.model, cfg.optim.clip_grad)
+        if clip is not None:
+            clip_member_grads_(stack.model, clip)
         stack.optimizer.set_lr(lrs[i])
         stack.optimizer.step()
         if stack.ema is not None:
@@ -227,15 +206,16 @@ def _evaluate(stack: _Stack, ctx: dist_.Context) -> list[dict[str, float]]:
     """Each member's :meth:`StepEngine.evaluate`: its weights, and their Polyak average when kept, on each
     evaluated split."""
     engines, K = stack.engines, len(stack.members)
-    cfg, splits = engines[0].cfg, list(engines[0].eval_feeds)
+    precision, splits = engines[0].precision, list(engines[0].eval_feeds)
     results: list[dict[str, float]] = [{} for _ in range(K)]
     for split in splits:
-        for result, own in zip(results, evaluate(stack.net, _eval_batches(engines, split), ctx, cfg, members=K,
-                                                 split=split)):
+        for result, own in zip(results, evaluate(stack.net, _eval_batches(engines, split), ctx, precision,
+                                                 members=K, split=split)):
             result.update(own)
     if stack.ema is not None:
         for split in splits:
-            averages = evaluate(stack.ema.module, _eval_batches(engines, split), ctx, cfg, members=K, split=split)
+            averages = evaluate(stack.ema.module, _eval_batches(engines, split), ctx, precision, members=K,
+                                split=split)
             for result, ema in zip(results, averages):
                 result.update({f"ema_{split}_loss": ema[f"{split}_loss"], f"ema_{split}_error": ema[f"{split}_error"]})
     return results
@@ -253,50 +233,50 @@ def train_stack(cfgs: list[TrainConfig | None], run_dirs: list[str | Path], resu
     :class:`~pkmixer.train.engine.TrainingDiverged` for). ``resume``, ``stop_after`` (per member, from where it
     resumed) and ``threads`` as :func:`pkmixer.train.loop.train` - ``resume`` also one flag per run; a resumed
     run's config may be None (its own)."""
-    if stop_after is not None and (isinstance(stop_after, bool) or not isinstance(stop_after, int) or stop_after <= 0):
-        raise ConfigError(f"--stop-after must be a positive integer, got {stop_after!r}")
+    check_stop_after(stop_after)
     if len(cfgs) != len(run_dirs) or not cfgs:
         raise ConfigError(f"train_stack needs one run directory per config ({len(cfgs)} configs, "
                           f"{len(run_dirs)} directories)")
-    runs = [RunDir(Path(d)) for d in run_dirs]
-    again = [resume] * len(runs) if isinstance(resume, bool) else list(resume)
-    if len(again) != len(runs):
-        raise ConfigError(f"{len(again)} resume flags for {len(runs)} runs")
-    if len({r.root.resolve() for r in runs}) != len(runs):
+    again = [resume] * len(cfgs) if isinstance(resume, bool) else list(resume)
+    if len(again) != len(cfgs):
+        raise ConfigError(f"{len(again)} resume flags for {len(cfgs)} runs")
+    if len({Path(d).resolve() for d in run_dirs}) != len(cfgs):
         raise ConfigError("stacked runs need distinct run directories")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ConfigError("stacked runs train in one process; run them without torchrun")
-    with ExitStack() as locks:
-        for run, flag in zip(runs, again):
-            locks.enter_context(claim_run(run, flag))
-        prepared = [prepare_run(run, cfg, flag, True, log) for run, cfg, flag in zip(runs, cfgs, again)]
-        cfgs = [resolve_auto_data(cfg, log) for cfg, _ in prepared]
-        check_stackable(cfgs)
-        ctx = dist_.setup(cfgs[0].run.device)
+    with Run.claimed(run_dirs, cfgs, again, log) as runs:
+        for i, r in enumerate(runs[1:], 1):  # configs equal but for PER_MEMBER
+            if stack_key(r.cfg) != stack_key(runs[0].cfg):
+                first, other = flat_config(runs[0].cfg.as_dict()), flat_config(r.cfg.as_dict())
+                differ = sorted(k for k in first.keys() | other.keys()
+                                if k not in PER_MEMBER and first.get(k, "?") != other.get(k, "?"))
+                raise ConfigError(f"stacked runs may differ only in {', '.join(PER_MEMBER)}; run {i} differs from "
+                                  f"run 0 in {', '.join(differ[:3])}")
+        if runs[0].cfg.data.pipeline == "per-sample":
+            raise ConfigError("stacked runs need the resident data pipeline; data.pipeline=per-sample cannot be "
+                              "stacked")
+        ctx = dist_.setup(runs[0].cfg.run.device)
         try:
-            if ctx.world > 1:
-                raise ConfigError("stacked runs train in one process; run them without torchrun")
-            return _train_stack(cfgs, runs, [resuming for _, resuming in prepared], ctx, log, stop_after, threads)
+            return _train_stack(runs, ctx, log, stop_after, threads)
         finally:
             dist_.teardown()
 
 
-def _train_stack(cfgs: list[TrainConfig], runs: list[RunDir], resuming: list[bool], ctx: dist_.Context,
-                 log: Callable[[str], None], stop_after: int | None, threads: int | None) -> list[dict[str, Any]]:
-    payloads = [read_checkpoint(run.latest) if again else None for run, again in zip(runs, resuming)]
-    set_threads(payloads, threads, ctx, log)
+def _train_stack(runs: list[Run], ctx: dist_.Context, log: Callable[[str], None], stop_after: int | None,
+                 threads: int | None) -> list[dict[str, Any]]:
+    set_threads([r.checkpoint for r in runs], threads, ctx, log)
     members = []
-    for i, (cfg, run, payload) in enumerate(zip(cfgs, runs, payloads)):
-        seed_everything(cfg.run.seed, cfg.run.deterministic)
-        r = open_run(cfg, run, payload, ctx, log, write=False)
-        end = cfg.schedule.epochs if stop_after is None else min(cfg.schedule.epochs, r.start_epoch + stop_after)
+    for i, r in enumerate(runs):
+        r.build(ctx)
+        epochs = r.cfg.schedule.epochs
+        end = epochs if stop_after is None else min(epochs, r.start_epoch + stop_after)
         members.append(_Member(i, r, rng_state(), end, r.start_epoch))
     if members[0].r.engine.pipeline != "resident":
         raise ConfigError("stacked runs need the resident data pipeline; this data set or augmentation has no "
                           "batched version")
     stack_models([m.r.model for m in members])  # refuses what it cannot carry before any file is written
-    for m, payload in zip(members, payloads):
-        start_files(m.r, payload is not None, ctx)
+    for r in runs:
+        r.start()
     started, rng = time.time(), _global_rng()
     stack: _Stack | None = None
     t0 = time.time()
@@ -321,20 +301,14 @@ def _train_stack(cfgs: list[TrainConfig], runs: list[RunDir], resuming: list[boo
         for k, (m, loss, result) in enumerate(zip(group, losses, results)):
             m.epoch = epoch + 1
             if not math.isfinite(loss):
-                write_diverged(m.r.run, epoch)
+                m.r.diverged(epoch)
                 m.diverged = (f"the loss became {loss} in epoch {epoch + 1}; the run stopped and keeps its last "
-                              f"good checkpoint in {m.r.run.latest.parent}")
-                log(f"{m.r.run.root}: {m.diverged}")
+                              f"good checkpoint in {m.r.files.latest.parent}")
+                log(f"{m.r.files.root}: {m.diverged}")
                 continue
             m.last = {"epoch": epoch + 1, "train_loss": loss, **result, "lr": m.r.engine.lr, "epoch_time": elapsed,
                       "stack_members": len(group), "stack_member": k}
-            end_epoch_writes(m.r, m.last, m.end_epoch, ctx, lambda line, m=m: log(f"{m.r.run.root.name}: {line}"),
-                             m.rng)
+            m.r.end_epoch(m.last, m.end_epoch, m.rng, log=lambda line, m=m: log(f"{m.r.files.root.name}: {line}"))
         t0 = time.time()
-    out = []
-    for m in members:
-        if m.diverged is not None:
-            out.append({"status": "diverged", "epoch": m.epoch, "error": m.diverged})
-        else:
-            out.append(write_summary(m.r, m.end_epoch, started, ctx))
-    return out
+    return [{"status": "diverged", "epoch": m.epoch, "error": m.diverged} if m.diverged is not None
+            else m.r.finish(m.end_epoch, started) for m in members]
