@@ -226,12 +226,15 @@ def test_refusals_leave_disk_untouched(tmp_path, capsys):
         (["eval", str(tmp_path / "none")], "no run directory or checkpoint"),
         (["train", str(tmp_path / "missing.yaml")], "no config file"),
         (["train", "--set", "model.name=nope"], "unknown model"),
+        # refused once the data set is read, after the run directory and two folders above it were made
+        (["train", *settings, "--set", "data.batch_size=100000", "--run-dir", str(tmp_path / "z" / "w" / "run")],
+         "exceeds the"),
     ]
     for args, needle in cases:
         code, _, err = run_main(capsys, *args)
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, (args, err)
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == snapshot
-    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists() and not (tmp_path / "z").exists()
 
     # a corrupt or foreign latest checkpoint: refused, and left as it is
     latest = run / "checkpoints" / "latest.pt"

@@ -171,13 +171,15 @@ def _claim(files: RunDir, resume: bool) -> RunLock:
         if files.root.exists():
             raise ConfigError(f"run directory {files.root} exists; pass --resume to continue it, or choose another "
                               "--run-dir")
+        missing = [p for p in files.root.absolute().parents if not p.exists()]  # the deepest first
         try:
             files.root.mkdir(parents=True)
         except FileExistsError:
             raise ConfigError(f"run directory {files.root} was just made by another process") from None
         except OSError as err:
             raise ConfigError(f"cannot make the run directory {files.root}: {err.strerror}") from None
-    return RunLock(files, made_dir=not resume)
+        return RunLock(files, made_dir=True, made_parents=tuple(missing))
+    return RunLock(files)
 
 
 def _saved_config(files: RunDir) -> TrainConfig:

@@ -129,8 +129,9 @@ class RunLock:
     """The lock of the one process that trains a run directory (``flock`` on ``.lock``, released by the
     kernel when the process dies, however it dies). A second process is refused at once."""
 
-    def __init__(self, run: RunDir, made_dir: bool = False) -> None:
-        self.run, self.made_dir = run, made_dir  # made_dir: the directory was made for this lock's holder
+    def __init__(self, run: RunDir, made_dir: bool = False, made_parents: tuple[Path, ...] = ()) -> None:
+        # made_dir: the directory was made for this lock's holder; made_parents: so were these folders above it
+        self.run, self.made_dir, self.made_parents = run, made_dir, made_parents
         self.fd: int | None = None
         self.made_file = False
 
@@ -146,6 +147,11 @@ class RunLock:
             if self.made_dir and {p.name for p in self.run.root.iterdir()} == {".lock"}:
                 self.run.lock.unlink()
                 self.run.root.rmdir()
+                for folder in self.made_parents:  # the deepest first; one another process filled stays
+                    try:
+                        folder.rmdir()
+                    except OSError:
+                        break
             elif self.made_file:
                 self.run.lock.unlink()
         os.close(self.fd)  # after the unlink: no other process can lock the removed file meanwhile
