@@ -68,7 +68,7 @@ CURVE_KEYS = ("epoch", "train_loss", "test_loss", "test_error", "lr", "stack_mem
 DONE = ("finished", "diverged")  # a run in one of these states is never run again
 # config keys that do not change a run's result: a rerun may differ in them (e.g. another --data-dir)
 NEUTRAL_KEYS = {("data", "data_dir"), ("data", "download"), ("data", "workers"), ("run", "progress"),
-                ("run", "device"), ("run", "tensorboard")}
+                ("run", "device"), ("run", "loggers")}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+-]*")
 
 

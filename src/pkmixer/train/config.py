@@ -92,7 +92,7 @@ class RunConfig:
     compile: bool = False  # torch.compile the model
     compile_mode: CompileMode = "default"  # torch.compile's mode; reduce-overhead replays CUDA graphs
     progress: bool = True  # progress bar on a terminal
-    tensorboard: bool = False  # also write TensorBoard scalars (needs the tensorboard package)
+    loggers: tuple[str, ...] = ()  # also log to: csv (metrics.csv), tensorboard, wandb, mlflow (pkmixer.train.loggers)
     save_every: int = 1  # write the latest checkpoint every this many epochs
 
 
@@ -110,6 +110,18 @@ class TrainConfig:
     def override(self, overrides: dict[str, Any]) -> TrainConfig:
         """This config with dotted ``overrides`` ({"run.seed": 1, "model.depth": 4}), checked as ``--set`` is."""
         return build_config(None, overrides, base=self)
+
+
+def flat_config(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A config's dictionary as dotted keys, the model's options as ``model.<option>`` (as ``--set`` names them)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = prefix if (prefix, k) == ("model.", "options") else f"{prefix}{k}."
+        if isinstance(v, dict):
+            out.update(flat_config(v, key))
+        else:
+            out[key[:-1]] = v
+    return out
 
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "optim": OptimConfig, "schedule": ScheduleConfig,
@@ -143,6 +155,11 @@ def _check_value(where: str, value: Any, kind: Any) -> Any:
         if value not in args:
             raise ConfigError(f"{where}={value!r} is not allowed; choose one of {', '.join(map(str, args))}")
         return value
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:  # any length; one value may stand alone
+        values = [value] if isinstance(value, str) else value
+        if not isinstance(values, (list, tuple)):
+            raise ConfigError(f"{where}={value!r} must be a list")
+        return tuple(_check_value(f"{where}[{i}]", v, args[0]) for i, v in enumerate(values))
     if origin is tuple:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise ConfigError(f"{where}={value!r} must be a list of {len(args)} values")
@@ -178,10 +195,23 @@ def _check_value(where: str, value: Any, kind: Any) -> Any:
     raise TypeError(f"unsupported config type {kind!r} at {where}")
 
 
+def _old_spellings(name: str, values: dict[str, Any], base: Any) -> dict[str, Any]:
+    """A section's keys of earlier releases, read as today's: ``run.tensorboard: true`` is the tensorboard
+    logger."""
+    if name != "run" or "tensorboard" not in values:
+        return values
+    values = dict(values)
+    if _check_value("run.tensorboard", values.pop("tensorboard"), bool):
+        loggers = _check_value("run.loggers", values.get("loggers", base.loggers), tuple[str, ...])
+        values["loggers"] = loggers if "tensorboard" in loggers else (*loggers, "tensorboard")
+    return values
+
+
 def _section(name: str, cls: type, values: dict[str, Any], base: Any) -> Any:
     hints = typing.get_type_hints(cls)
     known = [f.name for f in dataclasses.fields(cls)]
     updates = {}
+    values = _old_spellings(name, values, base)
     for key, value in values.items():
         if name == "model" and key not in known:  # a model option
             updates.setdefault("options", dict(base.options))[key] = value
@@ -277,7 +307,14 @@ def _check_schedule(s: ScheduleConfig) -> None:
 
 
 def _check_run(r: RunConfig) -> None:
+    from .loggers import LOGGERS
+
     _positive({"run.save_every": r.save_every})
+    for logger in r.loggers:
+        if logger not in LOGGERS:
+            raise unknown_name("logger (run.loggers)", logger, LOGGERS)
+    if len(set(r.loggers)) != len(r.loggers):
+        raise ConfigError(f"run.loggers={list(r.loggers)} names a logger twice")
     if not 0 <= r.seed <= MAX_SEED:
         raise ConfigError(f"run.seed={r.seed} must lie in [0, {MAX_SEED}]")
 

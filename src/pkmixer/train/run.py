@@ -51,9 +51,10 @@ from ..checkpoint import read_checkpoint, save_model
 from ..errors import ConfigError
 from . import distributed as dist_
 from .build import loss_for, mixes_examples, model_and_data, resolve_data_name, run_splits
-from .config import TrainConfig, build_config, load_yaml, save_yaml
+from .config import TrainConfig, build_config, flat_config, load_yaml, save_yaml
 from .engine import StepEngine, compile_mode
 from .feeds import FEEDS, build_feed, choose_feed
+from .loggers import open_loggers
 from .precision import Precision
 from .preflight import check_head_classes
 from .rundir import RunDir, RunLock
@@ -215,7 +216,7 @@ class Run:
         self.ctx: dist_.Context | None = None
         self.precision: Precision | None = None
         self.start_epoch, self.best_val_error, self.params = 0, math.inf, 0
-        self.writer: Any = None
+        self.loggers: list = []
 
     @classmethod
     @contextmanager
@@ -323,20 +324,19 @@ class Run:
         return rows if upto is None else [row for row in rows if row.get("epoch", 0) <= upto]
 
     def start(self) -> None:
-        """The first writes: drop the metrics rows after the checkpoint it resumes, or write config.yaml; open
-        its TensorBoard writer."""
+        """The first writes: open the loggers of ``run.loggers`` (a missing package is refused before anything is
+        written), drop the metrics rows after the checkpoint it resumes or write config.yaml, and log the
+        config as hyper-parameters."""
         if not self.main:
             return
+        self.loggers = open_loggers(self.cfg.run.loggers, self.files)
         if self.checkpoint is not None:
             self.files.truncate_metrics(self.start_epoch)
         else:
             save_yaml(self.cfg, self.files.config)
-        if self.cfg.run.tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                raise ConfigError("run.tensorboard needs the tensorboard package: pip install tensorboard") from None
-            self.writer = SummaryWriter(str(self.files.tensorboard))
+        hparams = flat_config(self.cfg.as_dict())
+        for logger in self.loggers:
+            logger.log_hparams(hparams)
 
     def end_epoch(self, metrics: dict[str, Any], end_epoch: int, rng: dict[str, Any],
                   log: Callable[[str], None] | None = None) -> None:
@@ -357,10 +357,8 @@ class Run:
             if improved:
                 save_model(files.best, self.model, overwrite=True, **state)
             save_model(files.latest, self.model, overwrite=True, **state)
-        if self.writer is not None:
-            for key in ("train_loss", "val_loss", "val_error", "test_loss", "test_error", "lr"):
-                if key in metrics:
-                    self.writer.add_scalar(key, metrics[key], epoch + 1)
+        for logger in self.loggers:
+            logger.log_metrics(metrics, epoch + 1)
         val = f"val error {metrics['val_error']:.2%}, " if "val_error" in metrics else ""
         ema = f", Polyak average {metrics['ema_test_error']:.2%}" if "ema_test_error" in metrics else ""
         (log or self.log)(f"epoch {epoch + 1}/{cfg.schedule.epochs}: train loss {metrics['train_loss']:.4f}, {val}"
@@ -371,6 +369,12 @@ class Run:
         """The summary of a run whose loss went non-finite in ``epoch`` (0-based); its checkpoints stay."""
         if self.main:
             write_text_atomically(self.files.summary, json.dumps({"status": "diverged", "epoch": epoch + 1}, indent=2))
+            self._close_loggers()
+
+    def _close_loggers(self) -> None:
+        for logger in self.loggers:
+            logger.close()
+        self.loggers = []
 
     def finish(self, end_epoch: int, started: float) -> dict[str, Any]:
         """summary.json of an invocation that trained up to ``end_epoch``: status, the validation selection
@@ -387,6 +391,5 @@ class Run:
             summary["final_ema_test_error"] = last["ema_test_error"]
         if ctx.is_main:
             write_text_atomically(self.files.summary, json.dumps(summary, indent=2))
-            if self.writer is not None:
-                self.writer.close()
+            self._close_loggers()
         return summary

@@ -10,7 +10,8 @@
                            test split selects nothing)
     summary.json           finished, stopped or diverged; best and last test error; wall time
     error.txt              why a sweep's run failed (written by the sweep)
-    tensorboard/           scalars, when run.tensorboard is set
+    metrics.csv            the metrics rows as a table, with the csv logger (run.loggers)
+    tensorboard/, wandb/   the tensorboard and wandb loggers' files
 
 Every file is written atomically (:mod:`pkmixer.atomic`), so at every instant the directory is a state that
 ``--resume`` continues to the result of an uninterrupted run (see :func:`pkmixer.train.loop.train` for the
@@ -30,8 +31,8 @@ from ..atomic import append_line, is_temp_file, read_jsonl, write_text_atomicall
 from ..errors import ConfigError
 
 # what a run (or the sweep around it) writes into its directory; anything else is the user's
-RUN_FILES = frozenset({".lock", "config.yaml", "metrics.jsonl", "summary.json", "error.txt", "checkpoints",
-                       "tensorboard", "probes.json", "grams.npz"})
+RUN_FILES = frozenset({".lock", "config.yaml", "metrics.jsonl", "metrics.csv", "summary.json", "error.txt",
+                       "checkpoints", "tensorboard", "wandb", "probes.json", "grams.npz"})
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class RunDir:
     lock = property(lambda self: self.root / ".lock")
     config = property(lambda self: self.root / "config.yaml")
     metrics = property(lambda self: self.root / "metrics.jsonl")
+    metrics_csv = property(lambda self: self.root / "metrics.csv")
     checkpoints = property(lambda self: self.root / "checkpoints")
     latest = property(lambda self: self.root / "checkpoints" / "latest.pt")
     best = property(lambda self: self.root / "checkpoints" / "best.pt")

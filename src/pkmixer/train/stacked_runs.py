@@ -52,7 +52,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from . import distributed as dist_
-from .config import TrainConfig
+from .config import TrainConfig, flat_config
 from .engine import StepEngine, compile_mode, compiled
 from .evaluation import evaluate
 from .run import Run, check_stop_after, rng_state, set_threads
@@ -63,18 +63,6 @@ PER_MEMBER = ("run.seed", "model.structure_seed", "optim.lr", "optim.weight_deca
 
 
 # ---- checks -----------------------------------------------------------------------------------------------
-
-
-def flat_config(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A config's dictionary as dotted keys, the model's options as ``model.<option>`` (as ``--set`` names them)."""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = prefix if (prefix, k) == ("model.", "options") else f"{prefix}{k}."
-        if isinstance(v, dict):
-            out.update(flat_config(v, key))
-        else:
-            out[key[:-1]] = v
-    return out
 
 
 def stack_key(cfg: TrainConfig) -> str:
