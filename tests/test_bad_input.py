@@ -118,7 +118,7 @@ FLAGS = {
     "resume": "a mode; --run-dir is checked (and tested) with it in test_resume_needs_a_run",
     "quick": "a preset of throughput's own, valid, counts",
     "list": "lists presets; reproduce refuses it together with a name",
-    "stack": "a mode; a sweep whose runs cannot stack trains them alone (tests/test_stack_runs.py)",
+    "stack": "a mode; a sweep whose runs cannot stack trains them alone (tests/test_stacked_runs.py)",
 }
 
 # a valid, cheap command per verb (dest -> value; lists for repeated options), into which one bad value goes

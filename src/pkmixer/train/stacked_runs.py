@@ -30,7 +30,7 @@ per-sample pipeline (the resident one only); several processes (torchrun); and w
 :func:`~pkmixer.train.stack.stack_models` refuses. ``run.compile`` compiles the stacked model as
 :func:`~pkmixer.train.engine.compiled` compiles a solo run's (the optimiser step and the Polyak average stay eager,
 as there): fewer, fused kernels for the launch-bound small runs on a GPU. Tested in
-tests/test_stack_runs.py.
+tests/test_stacked_runs.py.
 """
 from __future__ import annotations
 
