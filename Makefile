@@ -40,7 +40,7 @@ test-slow: $(VENV)/.installed-test  # the slow tier only: training to an accurac
 test-all: $(VENV)/.installed-test  # both tiers in one run
 	$(PY) -m pytest -q -m "" $(PYTEST_ARGS)
 
-demo: install  # Fig. 5 at small scale, a subset of its medium design: two S-Mixer widths at fixed Ω, 5 seeds (results/; resumable)
+demo: install  # Fig. 5 at small scale: pkmixer reproduce fig5 --scale small (writes results/; resumable)
 	$(VENV)/bin/pkmixer reproduce fig5 --scale small
 
 bench: install  # benchmark suite, quick mode (a few minutes on 2 cores): benchmarks/results/*.json and *.md
