@@ -31,7 +31,7 @@ install: $(VENV)/.installed
 # is bounded by the `timeout` in pyproject.toml). It took 7 min on 2 shared cores (docs/architecture.md).
 SLOW_BUDGET_S ?= 1500
 
-test: $(VENV)/.installed-test  # the default tier: every test not marked slow (under 3 min on 2 quiet cores)
+test: $(VENV)/.installed-test  # the default tier: every test not marked slow
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-slow: $(VENV)/.installed-test  # the slow tier only: training to an accuracy, kill/resume, Ray, torchrun, full-size models
