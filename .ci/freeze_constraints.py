@@ -1,6 +1,6 @@
 """Write constraints.txt: the installed version of every distribution pkmixer needs - its dependencies and its
 test extra's, followed recursively through each distribution's own requirements (environment markers and extras
-evaluated here) - as ``name==version``, from the environment that runs this script (`make constraints`)."""
+evaluated here) - as ``name==version``, from the environment that runs this script (`make constraints`; Python 3.11 or later)."""
 from __future__ import annotations
 
 import platform
