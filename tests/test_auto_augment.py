@@ -6,8 +6,13 @@ torchvision's v2.AutoAugment:
   1e-6); against v2's PIL kernels within the documented per-op tolerance;
 * the draws: sub-policies uniform, apply rates each slot's probability, fair signs, per image (a batch-wide
   choice, what v2 makes for a batch tensor, fails the checks);
-* keying and slicing as the other stages; the end-to-end BatchAugment against build_transform with the same draws.
+* keying and slicing as the other stages; the end-to-end BatchAugment against build_transform with the same draws;
+* the module itself uses torchvision's public API only: its policies and magnitude bins are its own copies, equal
+  to those v2.AutoAugment holds (read here, privately, as the reference).
 """
+import ast
+import inspect
+
 import numpy as np
 import pytest
 import torch
@@ -43,7 +48,7 @@ def varied_bytes(n, size, channels, seed=0):
 
 
 def kernel(policy, image, op, magnitude):
-    """v2.AutoAugment's per-image transform, as forward calls it."""
+    """v2.AutoAugment's per-image transform, as forward calls it (torchvision's own dispatch: the reference)."""
     ref = v2.AutoAugment(aa.POLICIES[policy])
     return ref._apply_image_or_video_transform(image, op, magnitude, interpolation=ref.interpolation, fill=ref._fill)
 
@@ -71,7 +76,56 @@ def every_bin(monkeypatch):
     """A "policy" whose slots are every op at every magnitude bin (14 × 10 slots, 70 sub-policies)."""
     slots = [(op, 0.5, b if aa.SPACE[op][0](10, 8, 8) is not None else None) for op in aa.OPS for b in range(10)]
     subs = [(slots[i], slots[i + 1]) for i in range(0, len(slots), 2)]
-    monkeypatch.setattr(v2.AutoAugment, "_get_policies", lambda self, policy: subs)
+    monkeypatch.setitem(aa.SUB_POLICIES, "cifar10", tuple(subs))
+
+
+# ---- the tables are torchvision's, read through its public API only ----------------------------------------------
+@pytest.mark.parametrize("policy", POLICIES)
+def test_the_sub_policies_and_magnitude_bins_are_v2_autoaugments(policy):
+    """The copies equal what v2.AutoAugment holds (its private attributes, read here only as the reference):
+    the sub-policies in order, and every op's bins (bit for bit) and sign at several image sizes."""
+    ref = v2.AutoAugment(aa.POLICIES[policy])
+    as_tuples = lambda subs: [tuple(map(tuple, sub)) for sub in subs]  # noqa: E731
+    assert as_tuples(ref._policies) == as_tuples(aa.SUB_POLICIES[policy])
+    space = v2.AutoAugment._AUGMENTATION_SPACE
+    assert list(space) == list(aa.OPS)
+    for op, (bins_of, signed) in aa.SPACE.items():
+        assert signed == space[op][1], op
+        for h, w in [(28, 28), (32, 32), (224, 224), (24, 40)]:
+            ours, theirs = bins_of(10, h, w), space[op][0](10, h, w)
+            assert (ours is None and theirs is None) or (ours.dtype == theirs.dtype and torch.equal(ours, theirs)), op
+
+
+def _private_torchvision_uses(source: str) -> list[str]:
+    """Names of torchvision's private API in a module: imports from a ``_``-module, attributes starting with ``_``
+    reached from a torchvision name."""
+    tree = ast.parse(source)
+    tv_names = {alias.asname or alias.name.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, (ast.Import, ast.ImportFrom))
+                and (getattr(node, "module", None) or node.names[0].name).startswith("torchvision")
+                for alias in node.names}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torchvision"):
+            found += [f"{node.module}.{a.name}" for a in node.names
+                      if any(part.startswith("_") for part in [*node.module.split("."), a.name])]
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in tv_names:
+                found.append(ast.unparse(node))
+    return found
+
+
+def test_the_module_uses_no_private_torchvision_api():
+    assert _private_torchvision_uses(inspect.getsource(aa)) == []
+    # the check finds what the module once read
+    old = ("from torchvision.transforms import v2\n"
+           "from torchvision.transforms.v2.functional._geometry import _get_inverse_affine_matrix\n"
+           "s = v2.AutoAugment._AUGMENTATION_SPACE\n")
+    assert _private_torchvision_uses(old) == ["torchvision.transforms.v2.functional._geometry._get_inverse_affine_matrix",
+                                              "v2.AutoAugment._AUGMENTATION_SPACE"]
 
 
 # ---- per op, against v2's kernels on tensors -------------------------------------------------------------------

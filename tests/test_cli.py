@@ -1,7 +1,10 @@
-"""The command line and bad input: one clear error, exit status 2."""
+"""The command line and bad input: one clear error, exit status 2; --version, --help without torch, threads."""
 import json
+import os
+import re
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -92,11 +95,47 @@ def test_unknown_model_suggests_closest():
         pkmixer.create_model("rp_smixer_s46_32")
 
 
-@pytest.mark.parametrize("verb", ["models", "effective", "width", "spectrum", "cka", "cost", "visualize",
-                                  "implicit-l1", "train", "finetune", "eval", "convert", "throughput", "reproduce", "report"])
+VERBS = ["models", "effective", "width", "spectrum", "cka", "cost", "visualize", "implicit-l1", "train", "finetune",
+         "convert", "throughput", "eval", "reproduce", "report"]  # the order of `pkmixer --help`
+
+
+@pytest.mark.parametrize("verb", VERBS)
 def test_help_for_every_verb(capsys, verb):
     code, out, _ = run_main(capsys, verb, "--help")
     assert code == 0 and out.startswith(f"usage: pkmixer {verb}")
+
+
+def test_version(capsys):
+    code, out, _ = run_main(capsys, "--version")
+    assert code == 0 and out == f"pkmixer {pkmixer.__version__}\n"
+
+
+def test_help_and_version_import_no_torch():
+    """In a fresh process, `pkmixer --help`, every verb's --help and --version import neither torch nor timm nor
+    numpy (the verbs import the library they call when they run); the verbs listed are all there are."""
+    script = textwrap.dedent(f"""
+        import contextlib, io, json, sys
+        from pkmixer.cli import main
+
+        outputs = []
+        for argv in [["--help"], ["--version"], *([verb, "--help"] for verb in {VERBS!r})]:
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                try:
+                    main(argv)
+                except SystemExit as exit_:
+                    assert exit_.code == 0, (argv, exit_.code)
+            outputs.append(out.getvalue())
+        heavy = sorted(m for m in ("torch", "timm", "numpy", "torchvision") if m in sys.modules)
+        print(json.dumps({{"heavy": heavy, "help": outputs[0], "version": outputs[1]}}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["heavy"] == []
+    assert result["version"] == f"pkmixer {pkmixer.__version__}\n"
+    listed = re.search(r"\{([a-z1,-]+)\}", result["help"]).group(1).split(",")
+    assert listed == VERBS
 
 
 def test_width_json_reproduces_app_c4(capsys):
@@ -213,6 +252,60 @@ def test_huge_models_still_build_on_the_meta_device():
         with pytest.raises(ConfigError, match="too large"):  # beyond torch's sizes even there
             pkmixer.create_model("smixer_t4_28", embed_dim=10**20)
     assert sum(p.numel() for p in model.parameters()) > 10**10
+
+
+@pytest.fixture
+def four_idle_cores(monkeypatch):
+    """A CPU set of 4 cores, none busy, and no thread count in the environment."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    for var in ("PKMIXER_THREADS", "OMP_NUM_THREADS", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_thread_count_sources_in_order(four_idle_cores, monkeypatch):
+    """--threads, else PKMIXER_THREADS, else OMP_NUM_THREADS (its first level), else the idle cores divided among
+    torchrun's local processes (LOCAL_WORLD_SIZE)."""
+    from pkmixer.cli.threads import chosen_threads
+
+    assert chosen_threads(None) == 4
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.3, 0.0, 0.0))  # 2 cores busy: 1.3 - 0.25 rounded up
+    assert chosen_threads(None) == 2
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert chosen_threads(None) == 2
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert chosen_threads(None) == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert chosen_threads(None) == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "2,1")
+    assert chosen_threads(None) == 2
+    monkeypatch.setenv("PKMIXER_THREADS", "5")
+    assert chosen_threads(None) == 5
+    assert chosen_threads(6) == 6
+
+
+@pytest.mark.parametrize("var,value,needle", [
+    ("OMP_NUM_THREADS", "many", "OMP_NUM_THREADS='many' must be a whole number"),
+    ("OMP_NUM_THREADS", "0", "OMP_NUM_THREADS must lie in [1, 1024], got 0"),
+    ("LOCAL_WORLD_SIZE", "0", "LOCAL_WORLD_SIZE must be a positive number of processes"),
+    ("LOCAL_WORLD_SIZE", "two", "LOCAL_WORLD_SIZE='two' must be a whole number"),
+])
+def test_bad_thread_environment_exits_2(capsys, four_idle_cores, monkeypatch, var, value, needle):
+    monkeypatch.setenv(var, value)
+    code, _, err = run_main(capsys, "width", "--omega", "2**18")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
+
+
+def test_omp_num_threads_sets_the_commands_threads(capsys, four_idle_cores, monkeypatch):
+    import torch
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    try:
+        code, _, _ = run_main(capsys, "width", "--omega", "2**18")
+        assert code == 0 and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(1)
 
 
 def test_threads_option_and_environment(capsys, monkeypatch):

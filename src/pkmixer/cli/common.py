@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, check_output_path
-from ..models.registry import create_model
 from ..train.config import MAX_INT
+
+if TYPE_CHECKING:
+    import torch
 
 
 MAX_BATCH = 4096  # inputs of `effective`, images of `throughput`
@@ -77,6 +78,7 @@ def load_model_arg(text: str, overrides: dict) -> torch.nn.Module:
     """A run directory (its best.pt, else latest.pt), a checkpoint file (pkmixer, timm or Flax), or a registered name
     built fresh."""
     from ..models.convert import import_checkpoint
+    from ..models.registry import create_model
 
     text = checkpoint_path(text)
     if Path(text).exists() or text.endswith((".pt", ".pth", ".npz")):

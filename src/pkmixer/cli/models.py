@@ -1,14 +1,12 @@
-"""The model and theory verbs: models, effective, width, spectrum, cka, cost, visualize, implicit-l1."""
+"""The model and theory verbs: models, effective, width, spectrum, cka, cost, visualize, implicit-l1. Each imports
+the library it calls (torch, the models) itself, so that building the parser imports neither."""
 from __future__ import annotations
 
 import argparse
 import json
 import math
 
-import torch
-
 from ..errors import ConfigError
-from ..models.registry import create_model, list_models, model_entry
 from ..overrides import parse_overrides
 from .common import (MAX_BATCH, MAX_CKA_EXAMPLES, MAX_COUNT, MAX_SPECTRUM_WIDTH, bounded, csv_values, data_dir_arg,
                      fresh_output, load_model_arg, print_table)
@@ -16,6 +14,10 @@ from .common import (MAX_BATCH, MAX_CKA_EXAMPLES, MAX_COUNT, MAX_SPECTRUM_WIDTH,
 
 def cmd_models(args: argparse.Namespace) -> int:
     """The zoo with parameters, S, C, γ, Ω and effective width (built on the meta device: no memory)."""
+    import torch
+
+    from ..models.registry import create_model, list_models, model_entry
+
     names = list_models(args.filter)
     if not names:
         raise ConfigError(f"no model matches {args.filter!r}; see `pkmixer models`")
@@ -108,6 +110,8 @@ def cmd_spectrum(args: argparse.Namespace) -> int:
 
 def cmd_cka(args: argparse.Namespace) -> int:
     """Mini-batch CKA between the layers of two models (Nguyen et al. 2021; Sec. 3.4, Fig. 2b-c)."""
+    import torch
+
     from ..analysis.cka import check_inputs, compare_models, plot_cka
 
     fresh_output(args.plot, args.overwrite)
@@ -141,6 +145,8 @@ def cmd_cka(args: argparse.Namespace) -> int:
 
 def cmd_cost(args: argparse.Namespace) -> int:
     """Parameters, connections, FLOPs and memory (App. D.9, Table S.3): of named models, or at a fixed Ω."""
+    import torch
+
     from ..analysis.cost import cost_table, fixed_omega_comparison
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
@@ -192,6 +198,8 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
 def cmd_visualize(args: argparse.Namespace) -> int:
     """Weight pictures: token-mixing units, per-patch units (Mixer supp. D), effective sparsity (Fig. 1, S.9)."""
+    import torch
+
     from ..analysis.visualize import visualize
 
     fresh_output(args.out, args.overwrite)

@@ -1,16 +1,19 @@
 """AutoAugment (Cubuk et al. 2019) as torchvision's ``v2.AutoAugment`` applies it, batched: a different
-sub-policy, apply bits and signs per image, on a whole batch as tensor operations (DESIGN §5).
+sub-policy, apply bits and signs per image, on a whole batch as tensor operations.
 
-The policies are torchvision's, read at import, not copied: ``v2.AutoAugment(policy)._policies`` (the 25
-sub-policies of CIFAR10, IMAGENET and SVHN, each two slots ``(op, probability, magnitude bin)``) and
-``v2.AutoAugment._AUGMENTATION_SPACE`` (each op's 10 magnitude bins and whether it is signed). Per image,
+The policies are the AutoAugment paper's as torchvision lists them (:data:`SUB_POLICIES`: the 25 sub-policies of
+CIFAR10, IMAGENET and SVHN, each two slots ``(op, probability, magnitude bin)``, in torchvision's order), and so is
+the magnitude space
+(:data:`SPACE`: each op's 10 magnitude bins, computed as torchvision computes them, and whether it is signed), both
+written out here: only torchvision's public API is used (``v2.functional`` kernels), and
+``tests/test_auto_augment.py`` checks that ``v2.AutoAugment`` itself still gives the same images. Per image,
 ``v2.AutoAugment.forward`` draws a sub-policy uniformly, then for each slot applies it iff ``rand <= p`` and, for
 a signed op, negates its magnitude iff ``rand <= 0.5``; :func:`draw_auto_augment` makes those draws for a batch
 (:class:`AutoAugmentDraw`) from one generator on the images' device.
 
 :class:`AutoAugmentTable` holds, per (policy, image size), each slot's constants, built on the host once: the
 op, its probability, its signed magnitude for both signs, the level table of Brightness / Posterize / Solarize /
-Invert (computed by torchvision's own uint8 kernels on the 256 levels), the blend factors of Color / Contrast /
+Invert (computed by torchvision's uint8 kernels on the 256 levels), the blend factors of Color / Contrast /
 Sharpness as float32, the inverse affine matrix of a geometric op and its source-pixel map (below).
 :func:`auto_augment` applies the two slots to a batch of byte levels (float32 tensors holding 0..255, as
 ``batch_augment``'s RandAugment) - or of floats in [0, 1] (``as_bytes=False``: torchvision's float kernels, what
@@ -28,13 +31,14 @@ each the identity for the ops it does not concern, with no host synchronisation:
    float path use :func:`fma32`, an emulation exact for any float32 operands. The grey image is torchvision's
    own float32 expression (0.2989·R, then two ``add_(alpha=)``);
 3. one per-image gather by a source-pixel map: ShearX / ShearY / TranslateX / TranslateY / Rotate (the identity
-   map otherwise). torchvision's tensor path builds a grid from ``_get_inverse_affine_matrix`` and samples it
-   with ``grid_sample(mode="nearest", padding_mode="zeros")`` (fill None: 0 outside). The table runs exactly
-   that kernel once per (slot, sign) on an image whose pixels hold their own index, which yields the map; a
-   gather by it is the same computation as the kernel's, bit for bit, on any device.
+   map otherwise). torchvision's tensor path builds a grid from the inverse affine matrix
+   (:func:`inverse_affine_matrix`) and samples it with ``grid_sample(mode="nearest", padding_mode="zeros")``
+   (fill None: 0 outside). The table runs exactly that kernel (``v2.functional.affine`` / ``rotate``) once per
+   (slot, sign) on an image whose pixels hold their own index, which yields the map; a gather by it is the same
+   computation as the kernel's, bit for bit, on any device.
 
-Against torchvision v2's kernels on uint8 tensors (``_apply_image_or_video_transform``), 1- and 3-channel, 28
-and 32 px, every op is bit-identical (``tests/test_auto_augment.py``). Grey (1-channel) images: Color is the
+Against the kernels ``v2.AutoAugment`` runs on uint8 tensors, 1- and 3-channel, 28 and 32 px, every op is
+bit-identical (``tests/test_auto_augment.py``). Grey (1-channel) images: Color is the
 identity (``adjust_saturation`` returns the image, "to match PIL"), Contrast blends with the image's own mean.
 Floats (``as_bytes=False``) follow torchvision's float kernels: the same maps and level functions (Equalize
 quantises to bytes and back, Posterize keeps ``bits`` bits of x·2^bits, Solarize's threshold is the magnitude
@@ -77,18 +81,131 @@ smaller sample of the same images, where the statistics of whole augmented pipel
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torchvision.transforms import v2
-from torchvision.transforms.v2.functional._geometry import _get_inverse_affine_matrix
+from torchvision.transforms.v2 import functional as TF
 
 from ..errors import ConfigError
 from .transforms import AUTO_AUGMENT_POLICIES as POLICIES  # name -> torchvision's policy, one home
 
-SPACE = v2.AutoAugment._AUGMENTATION_SPACE  # op -> (magnitude bins (num_bins, height, width), signed)
+Slot = tuple[str, float, "int | None"]  # (op, probability, magnitude bin)
+
+# The published policies (Cubuk et al. 2019), learned on reduced CIFAR-10, ImageNet and SVHN, in the order and with
+# the magnitude bins torchvision's v2.AutoAugment lists them (its draws index this order).
+SUB_POLICIES: dict[str, tuple[tuple[Slot, Slot], ...]] = {
+    "imagenet": (
+        (("Posterize", 0.4, 8), ("Rotate", 0.6, 9)),
+        (("Solarize", 0.6, 5), ("AutoContrast", 0.6, None)),
+        (("Equalize", 0.8, None), ("Equalize", 0.6, None)),
+        (("Posterize", 0.6, 7), ("Posterize", 0.6, 6)),
+        (("Equalize", 0.4, None), ("Solarize", 0.2, 4)),
+        (("Equalize", 0.4, None), ("Rotate", 0.8, 8)),
+        (("Solarize", 0.6, 3), ("Equalize", 0.6, None)),
+        (("Posterize", 0.8, 5), ("Equalize", 1.0, None)),
+        (("Rotate", 0.2, 3), ("Solarize", 0.6, 8)),
+        (("Equalize", 0.6, None), ("Posterize", 0.4, 6)),
+        (("Rotate", 0.8, 8), ("Color", 0.4, 0)),
+        (("Rotate", 0.4, 9), ("Equalize", 0.6, None)),
+        (("Equalize", 0.0, None), ("Equalize", 0.8, None)),
+        (("Invert", 0.6, None), ("Equalize", 1.0, None)),
+        (("Color", 0.6, 4), ("Contrast", 1.0, 8)),
+        (("Rotate", 0.8, 8), ("Color", 1.0, 2)),
+        (("Color", 0.8, 8), ("Solarize", 0.8, 7)),
+        (("Sharpness", 0.4, 7), ("Invert", 0.6, None)),
+        (("ShearX", 0.6, 5), ("Equalize", 1.0, None)),
+        (("Color", 0.4, 0), ("Equalize", 0.6, None)),
+        (("Equalize", 0.4, None), ("Solarize", 0.2, 4)),
+        (("Solarize", 0.6, 5), ("AutoContrast", 0.6, None)),
+        (("Invert", 0.6, None), ("Equalize", 1.0, None)),
+        (("Color", 0.6, 4), ("Contrast", 1.0, 8)),
+        (("Equalize", 0.8, None), ("Equalize", 0.6, None)),
+    ),
+    "cifar10": (
+        (("Invert", 0.1, None), ("Contrast", 0.2, 6)),
+        (("Rotate", 0.7, 2), ("TranslateX", 0.3, 9)),
+        (("Sharpness", 0.8, 1), ("Sharpness", 0.9, 3)),
+        (("ShearY", 0.5, 8), ("TranslateY", 0.7, 9)),
+        (("AutoContrast", 0.5, None), ("Equalize", 0.9, None)),
+        (("ShearY", 0.2, 7), ("Posterize", 0.3, 7)),
+        (("Color", 0.4, 3), ("Brightness", 0.6, 7)),
+        (("Sharpness", 0.3, 9), ("Brightness", 0.7, 9)),
+        (("Equalize", 0.6, None), ("Equalize", 0.5, None)),
+        (("Contrast", 0.6, 7), ("Sharpness", 0.6, 5)),
+        (("Color", 0.7, 7), ("TranslateX", 0.5, 8)),
+        (("Equalize", 0.3, None), ("AutoContrast", 0.4, None)),
+        (("TranslateY", 0.4, 3), ("Sharpness", 0.2, 6)),
+        (("Brightness", 0.9, 6), ("Color", 0.2, 8)),
+        (("Solarize", 0.5, 2), ("Invert", 0.0, None)),
+        (("Equalize", 0.2, None), ("AutoContrast", 0.6, None)),
+        (("Equalize", 0.2, None), ("Equalize", 0.6, None)),
+        (("Color", 0.9, 9), ("Equalize", 0.6, None)),
+        (("AutoContrast", 0.8, None), ("Solarize", 0.2, 8)),
+        (("Brightness", 0.1, 3), ("Color", 0.7, 0)),
+        (("Solarize", 0.4, 5), ("AutoContrast", 0.9, None)),
+        (("TranslateY", 0.9, 9), ("TranslateY", 0.7, 9)),
+        (("AutoContrast", 0.9, None), ("Solarize", 0.8, 3)),
+        (("Equalize", 0.8, None), ("Invert", 0.1, None)),
+        (("TranslateY", 0.7, 9), ("AutoContrast", 0.9, None)),
+    ),
+    "svhn": (
+        (("ShearX", 0.9, 4), ("Invert", 0.2, None)),
+        (("ShearY", 0.9, 8), ("Invert", 0.7, None)),
+        (("Equalize", 0.6, None), ("Solarize", 0.6, 6)),
+        (("Invert", 0.9, None), ("Equalize", 0.6, None)),
+        (("Equalize", 0.6, None), ("Rotate", 0.9, 3)),
+        (("ShearX", 0.9, 4), ("AutoContrast", 0.8, None)),
+        (("ShearY", 0.9, 8), ("Invert", 0.4, None)),
+        (("ShearY", 0.9, 5), ("Solarize", 0.2, 6)),
+        (("Invert", 0.9, None), ("AutoContrast", 0.8, None)),
+        (("Equalize", 0.6, None), ("Rotate", 0.9, 3)),
+        (("ShearX", 0.9, 4), ("Solarize", 0.3, 3)),
+        (("ShearY", 0.8, 8), ("Invert", 0.7, None)),
+        (("Equalize", 0.9, None), ("TranslateY", 0.6, 6)),
+        (("Invert", 0.9, None), ("Equalize", 0.6, None)),
+        (("Contrast", 0.3, 3), ("Rotate", 0.8, 4)),
+        (("Invert", 0.8, None), ("TranslateY", 0.0, 2)),
+        (("ShearY", 0.7, 6), ("Solarize", 0.4, 8)),
+        (("Invert", 0.6, None), ("Rotate", 0.8, 4)),
+        (("ShearY", 0.3, 7), ("TranslateX", 0.9, 3)),
+        (("ShearX", 0.1, 6), ("Invert", 0.6, None)),
+        (("Solarize", 0.7, 2), ("TranslateY", 0.6, 7)),
+        (("ShearY", 0.8, 4), ("Invert", 0.8, None)),
+        (("ShearX", 0.7, 9), ("TranslateY", 0.8, 3)),
+        (("ShearY", 0.8, 5), ("AutoContrast", 0.7, None)),
+        (("ShearX", 0.7, 2), ("Invert", 0.1, None)),
+    ),
+}
+
+
+def _linspace(low: float, high: float) -> Callable[[int, int, int], torch.Tensor]:
+    return lambda num_bins, height, width: torch.linspace(low, high, num_bins)
+
+
+# op -> (its magnitude bins (num_bins, height, width) -> float32 tensor or None, signed): the paper's ranges (shear
+# 0.3, translation 150/331 of the side, rotation 30°, enhancement factors 1 ± 0.9, posterize 4-8 bits, solarize
+# threshold 1-0), binned as v2.AutoAugment bins them - float32 torch.linspace, so the magnitudes are its, bit for bit
+SPACE = {
+    "ShearX": (_linspace(0.0, 0.3), True),
+    "ShearY": (_linspace(0.0, 0.3), True),
+    "TranslateX": (lambda num_bins, height, width: torch.linspace(0.0, 150.0 / 331.0 * width, num_bins), True),
+    "TranslateY": (lambda num_bins, height, width: torch.linspace(0.0, 150.0 / 331.0 * height, num_bins), True),
+    "Rotate": (_linspace(0.0, 30.0), True),
+    "Brightness": (_linspace(0.0, 0.9), True),
+    "Color": (_linspace(0.0, 0.9), True),
+    "Contrast": (_linspace(0.0, 0.9), True),
+    "Sharpness": (_linspace(0.0, 0.9), True),
+    "Posterize": (lambda num_bins, height, width: (8 - (torch.arange(num_bins) / ((num_bins - 1) / 4))).round().int(),
+                  False),
+    "Solarize": (_linspace(1.0, 0.0), False),
+    "AutoContrast": (lambda num_bins, height, width: None, False),
+    "Equalize": (lambda num_bins, height, width: None, False),
+    "Invert": (lambda num_bins, height, width: None, False),
+}
 OPS = tuple(SPACE)  # op ids index this, torchvision's order
 NUM_BINS = 10  # v2.AutoAugment.forward's magnitudes_fn(10, height, width)
 SLOTS = 2
@@ -139,24 +256,65 @@ def draw_auto_augment(n: int, table: AutoAugmentTable, gen: torch.Generator) -> 
 
 
 # ---- the per-slot constants -----------------------------------------------------------------------------------
+def _inverse_affine(centre: list[float], angle: float, translate: list[float], shear: list[float]) -> list[float]:
+    """The inverse of the affine map T·C·R(angle)·SHy(shear y)·SHx(shear x)·C⁻¹ (T the translation, C the move
+    to ``centre``; angles in degrees, scale 1), as (m0, m1, m2, m3, m4, m5): the point (x, y) of the output reads
+    (m0·x + m1·y + m2, m3·x + m4·y + m5) of the input. With rot = angle and sx, sy the shear angles,
+    R·SHy·SHx = [[a, b], [c, d]] with a = cos(rot - sy) / cos(sy), b = -(a·tan(sx) + sin(rot)),
+    c = sin(rot - sy) / cos(sy), d = cos(rot) - c·tan(sx), of determinant 1; its inverse is [[d, -b], [-c, a]]."""
+    rot, sx, sy = math.radians(angle), math.radians(shear[0]), math.radians(shear[1])
+    a = math.cos(rot - sy) / math.cos(sy)
+    b = -(a * math.tan(sx) + math.sin(rot))
+    c = math.sin(rot - sy) / math.cos(sy)
+    d = math.cos(rot) - c * math.tan(sx)
+    m = [d, -b, 0.0, -c, a, 0.0]
+    (cx, cy), (tx, ty) = centre, translate
+    m[2] = cx - m[0] * (cx + tx) - m[1] * (cy + ty)  # C·RSS⁻¹·C⁻¹·T⁻¹
+    m[5] = cy - m[3] * (cx + tx) - m[4] * (cy + ty)
+    return m
+
+
 def inverse_affine_matrix(op: str, magnitude: float, height: int, width: int) -> list[float]:
     """The inverse affine matrix torchvision's tensor kernel samples with for a geometric op (as
-    ``_apply_image_or_video_transform`` calls ``F.affine`` / ``F.rotate``): output pixel centre (x, y), relative
-    to the image centre ((W-1)/2, (H-1)/2), reads input point (m0·x + m1·y + m2, m3·x + m4·y + m5) in the same
-    frame."""
-    centre = [0.0, 0.0]
-    if op in ("ShearX", "ShearY"):  # F.affine(center=[0, 0]): the top-left corner, relative to the image centre
-        centre = [-width * 0.5, -height * 0.5]
+    ``v2.AutoAugment`` calls ``affine`` / ``rotate``): output pixel centre (x, y), relative to the image centre
+    ((W-1)/2, (H-1)/2), reads input point (m0·x + m1·y + m2, m3·x + m4·y + m5) in the same frame."""
+    if op in ("ShearX", "ShearY"):  # affine(center=[0, 0]): the top-left corner, relative to the image centre
         angle = math.degrees(math.atan(magnitude))
-        return _get_inverse_affine_matrix(centre, 0.0, [0.0, 0.0], 1.0,
-                                          [angle, 0.0] if op == "ShearX" else [0.0, angle])
+        return _inverse_affine([-width * 0.5, -height * 0.5], 0.0, [0.0, 0.0],
+                               [angle, 0.0] if op == "ShearX" else [0.0, angle])
     if op == "TranslateX":
-        return _get_inverse_affine_matrix(centre, 0.0, [float(int(magnitude)), 0.0], 1.0, [0.0, 0.0])
+        return _inverse_affine([0.0, 0.0], 0.0, [float(int(magnitude)), 0.0], [0.0, 0.0])
     if op == "TranslateY":
-        return _get_inverse_affine_matrix(centre, 0.0, [0.0, float(int(magnitude))], 1.0, [0.0, 0.0])
-    if op == "Rotate":
-        return _get_inverse_affine_matrix(centre, -(magnitude % 360), [0.0, 0.0], 1.0, [0.0, 0.0])
+        return _inverse_affine([0.0, 0.0], 0.0, [0.0, float(int(magnitude))], [0.0, 0.0])
+    if op == "Rotate":  # rotate() turns counter-clockwise: the inverse map of -angle, the angle taken modulo 360
+        return _inverse_affine([0.0, 0.0], -(magnitude % 360), [0.0, 0.0], [0.0, 0.0])
     raise ValueError(f"{op} is not a geometric op")
+
+
+def v2_kernel(image: torch.Tensor, op: str, magnitude: float) -> torch.Tensor:
+    """One op of ``v2.AutoAugment`` on one image tensor, by torchvision's public kernels with v2.AutoAugment's
+    defaults (nearest interpolation, fill None: 0 outside). The table runs it on the 256 levels (level ops, uint8)
+    and on an index image (geometric ops); the other ops are computed batched (:func:`auto_augment_slot`)."""
+    nearest = v2.InterpolationMode.NEAREST
+    if op in ("ShearX", "ShearY"):
+        angle = math.degrees(math.atan(magnitude))
+        return TF.affine(image, angle=0.0, translate=[0, 0], scale=1.0, shear=[angle, 0.0] if op == "ShearX" else
+                         [0.0, angle], interpolation=nearest, fill=None, center=[0, 0])
+    if op in ("TranslateX", "TranslateY"):
+        shift = [int(magnitude), 0] if op == "TranslateX" else [0, int(magnitude)]
+        return TF.affine(image, angle=0.0, translate=shift, scale=1.0, shear=[0.0, 0.0], interpolation=nearest,
+                         fill=None)
+    if op == "Rotate":
+        return TF.rotate(image, angle=magnitude, interpolation=nearest, fill=None)
+    if op == "Brightness":
+        return TF.adjust_brightness(image, brightness_factor=1.0 + magnitude)
+    if op == "Posterize":
+        return TF.posterize(image, bits=int(magnitude))
+    if op == "Solarize":  # the threshold is magnitude times the dtype's largest value
+        return TF.solarize(image, threshold=(255 if image.dtype == torch.uint8 else 1.0) * magnitude)
+    if op == "Invert":
+        return TF.invert(image)
+    raise ValueError(f"{op} is computed batched, not by the table")
 
 
 class AutoAugmentTable:
@@ -164,9 +322,9 @@ class AutoAugmentTable:
     arrays indexed [policy, slot, negate] (module docstring). ``on(device)`` gives them as tensors there."""
 
     def __init__(self, policy: str, img_size: int) -> None:
+        check_policy(policy)
         self.name, self.img_size = policy, img_size
-        self.reference = v2.AutoAugment(check_policy(policy))  # interpolation nearest, fill None: torchvision's
-        subs = self.reference._policies
+        subs = SUB_POLICIES[policy]
         self.num_policies = p_count = len(subs)
         h = w = img_size
         shape = (p_count, SLOTS, 2)
@@ -195,7 +353,7 @@ class AutoAugmentTable:
                         m *= -1
                     self.magnitude[p, s, neg] = m
                     if op in LEVEL_OPS:
-                        self.lut[p, s, neg] = self._run(ramp, op, m).view(256).numpy()
+                        self.lut[p, s, neg] = v2_kernel(ramp, op, m).view(256).numpy()
                     self.factor[p, s, neg] = 1.0 + m
                     self.alpha[p, s, neg] = 1.0 - (1.0 + m)
                     if op == "Posterize":
@@ -205,7 +363,7 @@ class AutoAugmentTable:
                     if op in GEOMETRIC_OPS:
                         self.matrices[p, s, neg] = inverse_affine_matrix(op, m, h, w)
                         if (op, m) not in rows:
-                            source = self._run(index_image, op, m).view(h * w).long() - 1  # -1: outside
+                            source = v2_kernel(index_image, op, m).view(h * w).long() - 1  # -1: outside
                             rows[op, m] = len(maps)
                             maps.append(torch.where(source < 0, h * w, source).numpy())
                         self.map_row[p, s, neg] = rows[op, m]
@@ -215,11 +373,6 @@ class AutoAugmentTable:
         if not (((a == 0) | (a >= 1 / 16)).all() and (f >= 1 / 16).all()):  # _slot_bytes's float64 blend
             raise ValueError(f"{policy}: a Color / Sharpness factor within 1/16 of 0 or 1 is not blended exactly")
         self._on: dict[torch.device, _DeviceTable] = {}
-
-    def _run(self, image: torch.Tensor, op: str, magnitude: float) -> torch.Tensor:
-        ref = self.reference
-        return ref._apply_image_or_video_transform(image, op, magnitude, interpolation=ref.interpolation,
-                                                   fill=ref._fill)
 
     def on(self, device: torch.device) -> _DeviceTable:
         """The tensors on ``device``, copied there once."""
