@@ -1,11 +1,12 @@
 """Which parameters weight decay applies to: by role, as each layer declares, not by tensor rank.
 
-A rank rule (decay ``p.ndim > 1``, timm's default) gets the SW-MLP wrong both ways: its sparse format keeps the
-kept weights in a 1-D ``values`` tensor, which such a rule never decays, while the masked format's dense weight
-is decayed; and the untied token-mixing bias (n, out) is 2-D but a bias. So a layer with parameters of its own
-says which of them are weights, in a class attribute ``decayed_parameters`` (names); torch's linear and
-convolution layers decay ``weight``, its norm layers nothing. A model may also exclude names through timm's
-``no_weight_decay()`` convention. A layer that declares nothing is an error, not a guess.
+A layer with parameters of its own says which of them are weights, in a class attribute ``decayed_parameters``
+(names); torch's linear and convolution layers decay ``weight``, its norm layers nothing. A model may also
+exclude names through timm's ``no_weight_decay()`` convention. A layer that declares nothing is an error, not a
+guess. The layers store their tensors so that timm's rule (``timm.optim.create_optimizer_v2``: no decay for
+tensors of one dimension, for names ending in ``.bias`` and for ``no_weight_decay()``) picks the same set: the
+SW-MLP's kept weights are a (1, nnz) row, and the untied token-mixing bias, (n, out), is named ``bias``
+(tests/test_timm_conventions.py builds timm's optimiser for every registered model).
 """
 from __future__ import annotations
 
