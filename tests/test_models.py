@@ -121,7 +121,7 @@ def _eq14_applies(model) -> bool:
     """Eq. 14 counts blocks that keep S tokens with token MLPs of S inputs: not a first block that maps S₀ -> S,
     a pyramid, or grouped channels (an (S·G)-input token MLP). Untied token MLPs have as many weights as one."""
     return (model.info().family in ("MLP-Mixer", "S-Mixer") and set(model.token_schedule) == {model.grid_tokens}
-            and model.channel_groups == 1 and not model.group_views)
+            and model.token_mixing.groups == 1 and not model.token_mixing.options()["group_views"])
 
 
 @pytest.mark.parametrize("name", [n for n in ALL if n.startswith(("mixer_", "smixer_", "rp_mixer_", "rp_smixer_"))])

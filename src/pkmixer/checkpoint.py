@@ -9,12 +9,19 @@ file that has them is rebuilt from them, whatever the registry's defaults are by
 they were recorded is rebuilt from its overrides, with the options whose default has changed since (a model
 class's ``CHECKPOINT_DEFAULTS``) given the values they had then (:func:`fill_checkpoint_defaults`).
 
+A weights file (:func:`save_weights`, :func:`read_weights`) holds the same description and the weights only, as
+safetensors: tensors by name, no pickle at all, the description in the file's metadata (``format``
+``pkmixer-weights``; ``model``; ``overrides`` and ``arguments`` as Python literals). That is the file a model is
+shared as (``model.safetensors`` of a Hugging Face folder, :mod:`pkmixer.models.weights`); checkpoints that
+resume a run (optimiser, schedule, random state) stay torch files.
+
 This module knows the file, not the model zoo: it sits below :mod:`pkmixer.models` and :mod:`pkmixer.train`.
 Rebuilding the model a file names is :func:`pkmixer.models.restore.load_model` (and ``model_from_checkpoint``),
 which looks the name up in the registry and fills in the defaults.
 """
 from __future__ import annotations
 
+import ast
 import inspect
 import os
 import warnings
@@ -28,13 +35,12 @@ from .atomic import write_atomically
 from .errors import ConfigError
 
 FORMAT, VERSION = "pkmixer-checkpoint", 1
+WEIGHTS_FORMAT = "pkmixer-weights"  # the metadata of a safetensors weights file; version VERSION
 
 
 def save_model(path: str | os.PathLike, model: nn.Module, *, overwrite: bool = False, **extra: Any) -> Path:
     """Write ``model`` (built by :func:`pkmixer.create_model`) and ``extra`` entries atomically to ``path``."""
-    spec = getattr(model, "spec", None)
-    if spec is None:
-        raise ConfigError("only models built by pkmixer.create_model can be checkpointed (they carry their spec)")
+    spec = _spec(model)
     path = Path(path)
     if path.exists() and not overwrite:
         raise ConfigError(f"{path} exists; refusing to overwrite it")
@@ -83,3 +89,57 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         raise ConfigError(f"{path} is not a pkmixer checkpoint")
     check_version(payload, path)
     return payload
+
+
+def _spec(model: nn.Module) -> Any:
+    spec = getattr(model, "spec", None)
+    if spec is None:
+        raise ConfigError("only models built by pkmixer.create_model can be saved (they carry their spec)")
+    return spec
+
+
+def save_weights(path: str | os.PathLike, model: nn.Module, *, overwrite: bool = False) -> Path:
+    """Write ``model``'s weights (built by :func:`pkmixer.create_model`) and what it was built with atomically to
+    ``path`` as safetensors (see the module docstring)."""
+    from safetensors.torch import save
+
+    spec = _spec(model)
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise ConfigError(f"{path} exists; refusing to overwrite it")
+    tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    metadata = {"format": WEIGHTS_FORMAT, "version": str(VERSION), "model": spec.name,
+                "overrides": repr(dict(spec.overrides)), "arguments": repr(dict(spec.arguments))}
+    data = save(tensors, metadata)
+    write_atomically(path, lambda f: f.write(data))
+    return path
+
+
+def read_weights(path: str | os.PathLike) -> dict[str, Any]:
+    """A safetensors file's tensors and description: ``{"format", "version", "model", "overrides", "arguments",
+    "state_dict"}`` for a pkmixer weights file, ``{"format": None, "metadata": {...}, "state_dict"}`` for any other
+    (a timm state dict, say). A missing or corrupt file is a ConfigError."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"no weights file at {path}")
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            metadata = dict(f.metadata() or {})
+            state = {key: f.get_tensor(key) for key in f.keys()}
+    except Exception as err:  # not safetensors, truncated, a bad header
+        raise ConfigError(f"{path} is not a readable safetensors file ({type(err).__name__}: "
+                          f"{str(err).splitlines()[0] if str(err) else ''})") from None
+    if metadata.get("format") != WEIGHTS_FORMAT:
+        return {"format": None, "metadata": metadata, "state_dict": state}
+    if metadata.get("version") != str(VERSION):
+        raise ConfigError(f"{path} has weights format version {metadata.get('version')!r}; this pkmixer reads {VERSION}")
+    try:
+        overrides, arguments = (ast.literal_eval(metadata[k]) for k in ("overrides", "arguments"))
+        if not (isinstance(overrides, dict) and isinstance(arguments, dict) and isinstance(metadata["model"], str)):
+            raise ValueError("not a name and two dictionaries")
+    except (KeyError, ValueError, SyntaxError, TypeError) as err:
+        raise ConfigError(f"{path}: its metadata does not name a model and its options ({err})") from None
+    return {"format": WEIGHTS_FORMAT, "version": VERSION, "model": metadata["model"], "overrides": overrides,
+            "arguments": arguments, "state_dict": state}

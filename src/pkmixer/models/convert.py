@@ -44,42 +44,7 @@ from ..errors import ConfigError, check_positive_int
 from .mixer import ACTIVATIONS, Mixer
 from .registry import ModelEntry, create_model, list_models, model_entry
 from .restore import rebuild_options
-
-# (timm pattern, ours) - applied to the key with the block index substituted
-_KEY_MAP = [
-    (r"stem\.proj\.", "stem."),
-    (r"blocks\.(\d+)\.norm1\.", r"blocks.\1.token.norm."),
-    (r"blocks\.(\d+)\.mlp_tokens\.", r"blocks.\1.token.mixing.mlp."),
-    (r"blocks\.(\d+)\.norm2\.", r"blocks.\1.channel.norm."),
-    (r"blocks\.(\d+)\.mlp_channels\.", r"blocks.\1.channel.mixing.mlp."),
-]
-_REVERSE_MAP = [
-    (r"stem\.", "stem.proj."),
-    (r"blocks\.(\d+)\.token\.norm\.", r"blocks.\1.norm1."),
-    (r"blocks\.(\d+)\.token\.mixing\.mlp\.", r"blocks.\1.mlp_tokens."),
-    (r"blocks\.(\d+)\.channel\.norm\.", r"blocks.\1.norm2."),
-    (r"blocks\.(\d+)\.channel\.mixing\.mlp\.", r"blocks.\1.mlp_channels."),
-]
-
-
-def _rename_key(key: str, rules: list[tuple[str, str]]) -> str:
-    for pattern, repl in rules:
-        if re.match(pattern, key):
-            return re.sub(pattern, repl, key, count=1)
-    return key
-
-
-def _rename(state: dict[str, torch.Tensor], rules: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
-    return {_rename_key(key, rules): value for key, value in state.items()}
-
-
-def timm_to_pkmixer_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return _rename(state, _KEY_MAP)
-
-
-def pkmixer_to_timm_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return _rename(state, _REVERSE_MAP)
-
+from .timm_names import TO_TIMM, rename_key, pkmixer_to_timm_state_dict, timm_to_pkmixer_state_dict
 
 # the GELU each format's own code computes; a file records neither (Flax's nn.gelu is the tanh approximation)
 FORMAT_ACT = {"flax": "gelu_tanh", "timm": "gelu"}
@@ -164,7 +129,7 @@ def _listing1_names(fmt: str, depth: int) -> list[tuple[str, str, str]]:
     if fmt == "flax":
         return rows
     if fmt == "timm":
-        return [(ours, _rename_key(ours, _REVERSE_MAP), layout) for ours, _, layout in rows]
+        return [(ours, rename_key(ours, TO_TIMM), layout) for ours, _, layout in rows]
     return [(ours, ours, layout) for ours, _, layout in rows]
 
 
