@@ -67,6 +67,18 @@ def fill_checkpoint_defaults(cls: type, registered: dict[str, Any], overrides: d
     return out
 
 
+def upgrade_state_dict(state: dict[str, Any]) -> dict[str, Any]:
+    """A state dict of an earlier version as today's layers hold it: an SW-MLP sparse layer's kept weights, the
+    1-D ``values`` beside its (2, nnz) ``indices``, become the (1, nnz) row (``SparseLinear`` loads either)."""
+    out = dict(state)
+    for key, value in state.items():
+        indices = state.get(key.removesuffix("values") + "indices") if key.endswith("values") else None
+        if isinstance(value, torch.Tensor) and value.ndim == 1 and isinstance(indices, torch.Tensor) \
+                and indices.ndim == 2 and indices.shape[1] == value.shape[0]:
+            out[key] = value.view(1, -1)
+    return out
+
+
 def check_version(payload: dict[str, Any], path: str | os.PathLike) -> None:
     """Refuse a checkpoint dictionary of another format version than this pkmixer reads."""
     if payload.get("version") != VERSION:
@@ -75,7 +87,8 @@ def check_version(payload: dict[str, Any], path: str | os.PathLike) -> None:
 
 def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """The checkpoint dictionary as the file holds it, checked to be ours; a missing, corrupt or foreign file is a
-    ConfigError. (The overrides are the file's: the defaults it lacks are filled in when its model is built.)"""
+    ConfigError. (The overrides are the file's: the defaults it lacks are filled in when its model is built; its
+    weights are in today's layout, :func:`upgrade_state_dict`.)"""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"no checkpoint file at {path}")
@@ -88,6 +101,8 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ConfigError(f"{path} is not a pkmixer checkpoint")
     check_version(payload, path)
+    if isinstance(payload.get("state_dict"), dict):
+        payload["state_dict"] = upgrade_state_dict(payload["state_dict"])
     return payload
 
 

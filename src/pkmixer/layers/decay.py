@@ -21,6 +21,12 @@ BUILTIN_ROLES: dict[type[nn.Module], tuple[str, ...]] = {
 def decayed_parameters(model: nn.Module) -> set[str]:
     """The full names of the parameters of ``model`` that weight decay applies to."""
     excluded = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
+    return weights_by_role(model) - excluded
+
+
+def weights_by_role(model: nn.Module) -> set[str]:
+    """The full names of the parameters that their layers declare weights (``decayed_parameters`` before a
+    model's own ``no_weight_decay()``)."""
     names: set[str] = set()
     for prefix, module in model.named_modules():
         own = [name for name, _ in module.named_parameters(recurse=False)]
@@ -33,4 +39,4 @@ def decayed_parameters(model: nn.Module) -> set[str]:
             raise TypeError(f"{type(module).__name__} has parameters ({', '.join(own)}) but does not declare which "
                             "of them weight decay applies to (a decayed_parameters class attribute)")
         names.update(f"{prefix}.{name}" if prefix else name for name in own if name in roles)
-    return names - excluded
+    return names

@@ -66,6 +66,7 @@ class Mlp(nn.Module):
         self.drop1 = nn.Dropout(drop)
         self.fc2 = nn.Linear(hidden_features, out_features)
         self.drop2 = nn.Dropout(drop)
+        self.narrow_columns = NARROW_COLUMNS
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
         return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
@@ -75,7 +76,7 @@ class Mlp(nn.Module):
         (B, out, n): sequence-first when ``narrow`` (None: when n < NARROW_COLUMNS; a mixing layer passes what
         it chose when it was built)."""
         if narrow is None:
-            narrow = x.shape[-1] < NARROW_COLUMNS
+            narrow = x.shape[-1] < self.narrow_columns
         if narrow:
             h = self.drop1(self.act(left_mm(self.fc1.weight, self.fc1.bias, columns_first(x))))
             return columns_back(self.drop2(left_mm(self.fc2.weight, self.fc2.bias, h)), x.shape[0])
@@ -101,6 +102,7 @@ class FcAct(nn.Module):
         self.fc = nn.Linear(in_features, out_features)
         self.act = act_layer()
         self.drop = nn.Dropout(drop)
+        self.narrow_columns = NARROW_COLUMNS
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
         return self.drop(self.act(self.fc(x)))
@@ -109,7 +111,7 @@ class FcAct(nn.Module):
         """``self(x.transpose(1, 2)).transpose(1, 2)`` without the transposes, (B, in, n) -> (B, out, n);
         ``narrow`` as :meth:`Mlp.forward_left`."""
         if narrow is None:
-            narrow = x.shape[-1] < NARROW_COLUMNS
+            narrow = x.shape[-1] < self.narrow_columns
         if narrow:
             return columns_back(self.drop(self.act(left_mm(self.fc.weight, self.fc.bias, columns_first(x)))),
                                 x.shape[0])

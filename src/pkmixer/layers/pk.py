@@ -20,7 +20,7 @@ no Python branch on shapes or data (torch.fx, TorchScript and torch.export trace
 """
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Literal
 
 import torch
 from torch import nn
@@ -128,14 +128,10 @@ class PKMixing(nn.Module):
     plain transposes; every other choice runs as gathers.
     """
 
-    normal: Final[bool]
-    normal_channel: Final[bool]
-    normal_left: Final[bool]
-    narrow: Final[bool]
-    out_rows: Final[int]
-    out_cols: Final[int]
-    other: Final[int]
-    in_features: Final[int]
+    # fixed when built: constants to TorchScript, which compiles only the path they choose
+    __constants__ = ["normal", "normal_channel", "normal_left", "narrow", "out_rows", "out_cols", "other",
+                     "in_features"]
+    __jit_unused_properties__ = ["permuted"]
 
     def __init__(self, mlp: nn.Module, axis: Axis, other: int, in_features: int, out_features: int,
                  perms: tuple[str, str] | None = None, generator: torch.Generator | None = None) -> None:

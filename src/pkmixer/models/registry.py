@@ -228,13 +228,14 @@ def create_model(name: str, pretrained: bool | str | os.PathLike = False, **over
 
 def _create(name: str, tag: str | None, pretrained: Any, overrides: dict[str, Any]) -> nn.Module:
     entry = model_entry(name)
-    weights = None
-    if pretrained is not False and pretrained is not None:
+    if pretrained is False or pretrained is None:
+        weights, model = None, build(entry, overrides)
+    else:
         weights = find_weights(entry.canonical, tag, pretrained)
         if weights.model is not None and model_entry(weights.model).canonical != entry.canonical:
             raise ConfigError(f"{weights.where} holds weights of {weights.model}, not {name}")
-        overrides = {**weights.arguments, **overrides}
-    model = build(entry, overrides)
+        model = build(entry, {**weights.arguments, **overrides})  # every argument they were saved with
+        model.spec = replace(model.spec, overrides=spelling(entry.cls).to_plain({**weights.overrides, **overrides}))
     model.pretrained_cfg = entry.cfg_fields()  # the registry's name, description and papers
     if tag is not None:
         model.pretrained_cfg = {"tag": tag}

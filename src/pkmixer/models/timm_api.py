@@ -109,6 +109,14 @@ class TimmModel:
     __jit_unused_properties__ = ["pretrained_cfg", "default_cfg", "data_set", "head_hidden_size", "num_features",
                                  "feature_info", "token_ablations"]
 
+    def no_weight_decay(self) -> set[str]:
+        """timm's convention: the parameters weight decay leaves alone, every one that its layer does not declare
+        a weight (:mod:`pkmixer.layers.decay`). timm's optimiser factory then decays what pkmixer decays, whatever
+        the rank: not the (n, out) bias of untied token MLPs, with layer-wise lr decay too."""
+        from ..layers.decay import weights_by_role
+
+        return {name for name, _ in self.named_parameters()} - weights_by_role(self)
+
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         """timm's convention: recompute each block in the backward instead of keeping its activations (the same
         values, less memory)."""
@@ -144,6 +152,7 @@ class TimmModel:
             self.__dict__.pop("_cfg_overlay", None)
             return
         cfg = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+        cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items()}  # JSON's lists: timm's tuples
         computed, missing = self._computed_cfg(), object()
         # keep only what differs from the computed cfg, so that the model's own sizes stay live; on top of what
         # was overlaid before (the registry's names and papers, say)

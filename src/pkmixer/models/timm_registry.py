@@ -59,7 +59,7 @@ def features_model(model: nn.Module, out_indices: Any = None, output_fmt: str | 
                    **feature_cfg: Any) -> nn.Module:
     """timm's ``FeatureGetterNet`` of ``model``: its ``forward_intermediates`` at ``out_indices`` (default: every
     feature point), in ``output_fmt`` (default: the model's, ``default_output_fmt()``)."""
-    from timm.models import FeatureGetterNet
+    from timm.models._features import FeatureGetterNet
 
     indices = tuple(range(len(model.feature_info))) if out_indices is None else out_indices
     return FeatureGetterNet(model, out_indices=indices, output_fmt=output_fmt or model.default_output_fmt(),
