@@ -236,9 +236,10 @@ def _create(name: str, tag: str | None, pretrained: Any, overrides: dict[str, An
             raise ConfigError(f"{weights.where} holds weights of {weights.model}, not {name}")
         model = build(entry, {**weights.arguments, **overrides})  # every argument they were saved with
         model.spec = replace(model.spec, overrides=spelling(entry.cls).to_plain({**weights.overrides, **overrides}))
-    model.pretrained_cfg = entry.cfg_fields()  # the registry's name, description and papers
-    if tag is not None:
-        model.pretrained_cfg = {"tag": tag}
+    if hasattr(model, "pretrained_cfg"):  # timm's conventions (pkmixer.models.timm_api)
+        model.pretrained_cfg = entry.cfg_fields()  # the registry's name, description and papers
+        if tag is not None:
+            model.pretrained_cfg = {"tag": tag}
     if weights is not None:
         load_weights(model, weights)
     return model
