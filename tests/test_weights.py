@@ -171,3 +171,23 @@ def test_checkpoints_of_earlier_versions_load(tmp_path):
     torch.save(payload, tmp_path / "old.pt")
     assert _same(model, load_model(tmp_path / "old.pt").eval())
     assert _same(model, import_checkpoint(tmp_path / "old.pt").model.eval())
+
+
+def test_an_optimiser_state_of_earlier_versions_fits_the_new_rows():
+    """A resumed run of an earlier version has AdamW moments of 1-D kept weights: fit_optimizer_state reshapes
+    them, and the step is the one the earlier version took."""
+    from pkmixer.checkpoint import fit_optimizer_state
+
+    model = _model("swmlp_t4_28", depth=1)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    x, y = _x(model), torch.tensor([1, 2])
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    state = opt.state_dict()
+    old = {**state, "state": {i: {k: v.reshape(-1) if v.ndim == 2 and v.shape[0] == 1 else v for k, v in s.items()}
+                              for i, s in state["state"].items()}}
+    again = torch.optim.AdamW(model.parameters(), lr=0.1)
+    again.load_state_dict(old)
+    fit_optimizer_state(again)
+    assert all(again.state[p]["exp_avg"].shape == p.shape for p in model.parameters())
+    assert all(torch.equal(again.state[p]["exp_avg_sq"], opt.state[p]["exp_avg_sq"]) for p in model.parameters())

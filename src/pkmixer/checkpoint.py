@@ -79,6 +79,18 @@ def upgrade_state_dict(state: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def fit_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
+    """After ``optimizer.load_state_dict`` of a checkpoint of an earlier version: each state tensor that holds a
+    parameter's elements in the parameter's earlier shape (an SW-MLP's 1-D kept weights, now a (1, nnz) row) takes
+    the parameter's shape, so that the optimiser steps as it did."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor) and value.shape != p.shape and value.numel() == p.numel() > 1:
+                    state[key] = value.view(p.shape)
+
+
 def check_version(payload: dict[str, Any], path: str | os.PathLike) -> None:
     """Refuse a checkpoint dictionary of another format version than this pkmixer reads."""
     if payload.get("version") != VERSION:
