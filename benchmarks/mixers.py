@@ -20,7 +20,7 @@ import torch
 from timm.models.mlp_mixer import MlpMixer
 from torch import nn
 
-from pkmixer.layers.pk import PermuteColumns, gather_pair
+from pkmixer.layers.pk import PermuteColumns
 from pkmixer.models.mixer import Mixer
 from pkmixer.models.registry import create_model
 
@@ -155,14 +155,13 @@ def _gather_rows(settings: Settings) -> list[dict]:
     for batch, m in [(4, 64)] if settings.mode == "smoke" else [(128, 64 * 64), (16, 196 * 512)]:
         x = torch.randn(batch, m, device=settings.torch_device, requires_grad=True)
         idx = torch.randperm(m, device=settings.torch_device)
-        pair = gather_pair(idx)
         g = torch.randn(batch, m, device=settings.torch_device)
 
         def ref() -> None:
             x.index_select(1, idx).backward(g)
 
         def fast() -> None:
-            PermuteColumns.apply(x, pair).backward(g)
+            PermuteColumns.apply(x, idx).backward(g)
 
         t = interleaved({"index_select": ref, "permute_columns": fast}, settings,
                         repeats=max(settings.repeats, 10))

@@ -17,7 +17,8 @@ from pkmixer.layers.pk import PKMixing
 from pkmixer.layers.token_mixing import GroupedTokens, TiedTokens, UntiedTokens
 from pkmixer.models import Mixer
 from pkmixer.models.convert import to_timm
-from pkmixer.models.mixer import PLAIN_OPTIONS, Pyramid, TokenProjectionSkip
+from pkmixer.models.mixer import Pyramid, TokenProjectionSkip
+from pkmixer.models.spellings import PLAIN_OPTIONS
 from pkmixer.models.registry import model_entry
 from pkmixer.models.resolution import enlarged_state_dict
 from pkmixer.train import loop

@@ -30,7 +30,7 @@ def test_decay_follows_roles_not_rank():
     sparse = create_model("swmlp_t4_28", weight_format="sparse")
     names = decayed_parameters(sparse)
     values = [n for n, p in sparse.named_parameters() if n.endswith(".values")]
-    assert values and all(sparse.get_parameter(n).ndim == 1 for n in values) and set(values) <= names
+    assert values and all(sparse.get_parameter(n).shape[0] == 1 for n in values) and set(values) <= names  # (1, nnz) rows
     untied = create_model("mixer_untied_t4_28")
     batched_bias = [n for n, p in untied.named_parameters() if n.endswith("bias") and p.ndim == 2]
     assert batched_bias and not set(batched_bias) & decayed_parameters(untied)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 import pkmixer
 from pkmixer.layers.mlp import NARROW_COLUMNS, FcAct, Mlp, columns_back, columns_first, left_linear, left_mm
-from pkmixer.layers.pk import PermuteColumns, PKMixing, gather_pair
+from pkmixer.layers.pk import PermuteColumns, PKMixing, permute_columns
 from pkmixer.layers.sparse import MaskedLinear, SparseLinear, sample_bernoulli_mask
 from pkmixer.layers.structured import KroneckerLinear
 from pkmixer.models.convert import to_timm
@@ -60,8 +60,8 @@ def test_left_linear_without_bias(n):
     lin = torch.nn.Linear(6, 3, bias=False).double()
     x = torch.randn(2, 6, n, dtype=F64)
     ref = lin(x.transpose(1, 2)).transpose(1, 2)
-    assert rel_err(left_linear(lin, x), ref) < 1e-14
-    assert rel_err(columns_back(left_mm(lin, columns_first(x)), 2), ref) < 1e-14  # the sequence-first GEMM
+    assert rel_err(left_linear(lin.weight, lin.bias, x), ref) < 1e-14
+    assert rel_err(columns_back(left_mm(lin.weight, lin.bias, columns_first(x)), 2), ref) < 1e-14  # the sequence-first GEMM
 
 
 @pytest.mark.parametrize("channels", [5, NARROW_COLUMNS])
@@ -118,27 +118,29 @@ def test_residual_stream_is_contiguous(name):
 
 def test_permute_columns_matches_index_select():
     idx = torch.randperm(30, generator=torch.Generator().manual_seed(1))
-    pair = gather_pair(idx)
-    assert torch.equal(pair[0], idx) and torch.equal(idx[pair[1]], torch.arange(30))
     x = torch.randn(4, 30, dtype=F64, requires_grad=True)
     g = torch.randn(4, 30, dtype=F64)
-    out, ref = PermuteColumns.apply(x, pair), x.index_select(1, idx)
+    out, ref = PermuteColumns.apply(x, idx), x.index_select(1, idx)
     assert torch.equal(out, ref)
     assert torch.equal(*(torch.autograd.grad(o, x, g)[0] for o in (out, ref)))  # a gather: exact
-    assert torch.autograd.gradcheck(lambda t: PermuteColumns.apply(t, pair), (x,))
+    assert torch.autograd.gradcheck(lambda t: PermuteColumns.apply(t, idx), (x,))
+    # the operator TorchScript calls: the same values, forward and backward
+    op = torch.ops.pkmixer.permute_columns(x, idx)
+    assert torch.equal(op, ref) and torch.equal(torch.autograd.grad(op, x, g)[0], g[:, torch.argsort(idx)])
+    assert torch.equal(permute_columns(x, idx), ref)
 
 
-def test_gather_cache_follows_loaded_permutations_and_is_not_copied():
+def test_rp_mixing_follows_loaded_permutations_and_copies():
     a, b = (PKMixing(FcAct(6, None, 6), "token", 5, 6, 6, perms=("random", "random"),
                      generator=torch.Generator().manual_seed(seed)).double() for seed in (0, 1))
     with torch.no_grad():
         b.mlp.fc.weight.copy_(a.mlp.fc.weight)
         b.mlp.fc.bias.copy_(a.mlp.fc.bias)
     x = torch.randn(2, 6, 5, dtype=F64)
-    before = a(x)  # builds a's cache
+    before = a(x)
     a.load_state_dict(b.state_dict())
     assert not torch.equal(a(x), before) and torch.equal(a(x), b(x))
-    assert "_gather_cache" not in copy.deepcopy(a).__dict__
+    assert torch.equal(copy.deepcopy(a)(x), b(x))
 
 
 @pytest.mark.parametrize("axis", ["token", "channel"])
@@ -197,15 +199,28 @@ def test_csr_linear_matches_coo_product():
         assert rel_err(a, b) < 1e-13
 
 
-def test_csr_pattern_follows_loaded_indices_and_is_not_copied():
+def test_csr_pattern_follows_loaded_indices_and_moves_with_the_layer():
     _, a = _pair(20, 20, 0.3)
     torch.manual_seed(1)
     b = SparseLinear(20, 20, 0.3, torch.Generator().manual_seed(9)).double()
     x = torch.randn(3, 20, dtype=F64)
-    a(x)  # builds a's cache
-    a.load_state_dict(b.state_dict())
-    assert rel_err(a(x), b(x)) < 1e-14
-    assert "_csr_cache" not in copy.deepcopy(a).__dict__
+    a.load_state_dict(b.state_dict())  # another mask, another number of kept weights
+    assert a.nnz == b.nnz and rel_err(a(x), b(x)) < 1e-14
+    assert not any(name.startswith("csr_") for name in a.state_dict())  # derived, not state
+    pattern, moved = a.csr_pattern(), a.to(torch.float32).csr_pattern()
+    assert all(torch.equal(getattr(pattern, f), getattr(moved, f)) for f in ("crow", "col", "t_crow", "t_col", "t_perm"))
+    assert rel_err(copy.deepcopy(a)(x.float()), b(x).float()) < 1e-6
+
+
+def test_sparse_linear_loads_the_one_dimensional_values_of_earlier_versions():
+    _, a = _pair(20, 20, 0.3)
+    state = a.state_dict()
+    old = {**state, "values": state["values"].reshape(-1)}  # (nnz,), as earlier versions stored it
+    _, b = _pair(20, 20, 0.3)
+    with torch.no_grad():
+        b.values.zero_()
+    b.load_state_dict(old)
+    assert b.values.shape == (1, a.nnz) and torch.equal(b.values, a.values)
 
 
 def test_sparse_layer_memory_grows_with_kept_weights_not_area():

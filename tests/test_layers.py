@@ -124,7 +124,7 @@ def test_rp_mixing_keeps_buffers_not_matrices():
     mix = PKMixing(FcAct(7, None, 7), "token", 5, 7, 7, perms=("random", "random"),
                    generator=torch.Generator().manual_seed(0))
     buffers = dict(mix.named_buffers())
-    assert set(buffers) == {"in_index", "out_index"}
+    assert set(buffers) == {"in_index", "out_index"}  # no derived copies: the gathers read these
     assert all(b.dtype == torch.int64 and b.numel() == 35 for b in buffers.values())
     assert torch.equal(buffers["in_index"].sort().values, torch.arange(35))
     assert mix(torch.randn(2, 7, 5)).shape == (2, 7, 5)

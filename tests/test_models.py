@@ -121,7 +121,7 @@ def _eq14_applies(model) -> bool:
     """Eq. 14 counts blocks that keep S tokens with token MLPs of S inputs: not a first block that maps S₀ -> S,
     a pyramid, or grouped channels (an (S·G)-input token MLP). Untied token MLPs have as many weights as one."""
     return (model.info().family in ("MLP-Mixer", "S-Mixer") and set(model.token_schedule) == {model.grid_tokens}
-            and model.channel_groups == 1 and not model.group_views)
+            and model.token_mixing.groups == 1 and not model.token_mixing.options()["group_views"])
 
 
 @pytest.mark.parametrize("name", [n for n in ALL if n.startswith(("mixer_", "smixer_", "rp_mixer_", "rp_smixer_"))])
@@ -303,3 +303,37 @@ def test_table1_states_the_three_gammas_of_mixer_bw():
     assert len(analysis.tables["table1_bw_gamma"]) == 3 and "γ ≈ 4.1" in analysis.verdict
     cifar = [{**r, "model": m} for r, m in zip(rows, ("Mixer-SS/8", "Mixer-SS-W"))]
     assert not any("γ" in k for k in get_preset("table1").analyze(cifar, None, "paper").numbers)
+
+
+def _module_imports(path, top_level_only: bool) -> set[str]:
+    """The modules of pkmixer.models that a file of the package imports (relative imports)."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found |= {node.module} if node.module else {a.name for a in node.names}
+    return found
+
+
+def test_the_models_package_imports_in_one_direction():
+    """The registry (naming and creation), the zoo, the build budget, the timm glue and the weights import each
+    other in one direction: no module of pkmixer.models reaches itself through module-level imports, and the
+    models' timm mixin (timm_api) imports no registry at all, not even inside a function."""
+    from pathlib import Path
+
+    folder = Path(pkmixer.models.__file__).parent
+    graph = {p.stem: _module_imports(p, top_level_only=True) for p in folder.glob("*.py") if p.stem != "__init__"}
+
+    def reach(start, seen):
+        for nxt in graph.get(start, ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                reach(nxt, seen)
+        return seen
+
+    assert [m for m in graph if m in reach(m, set())] == []
+    assert not {"registry", "zoo", "timm_registry", "weights"} & _module_imports(folder / "timm_api.py", False)
+    assert "zoo" not in _module_imports(folder / "registry.py", False)  # the zoo registers into the registry

@@ -9,7 +9,7 @@ import torch
 
 import pkmixer
 from pkmixer.errors import ConfigError
-from pkmixer.models import registry
+from pkmixer.models import registry, spellings
 from pkmixer.models.registry import canonical_name, list_aliases, model_entry
 from pkmixer.checkpoint import save_model
 from pkmixer.models.restore import load_model
@@ -104,7 +104,7 @@ def test_alias_is_its_canonical_architecture(alias):
 
 
 def test_alias_in_timm():
-    deprecated = timm.models.get_deprecated_models("registry")
+    deprecated = timm.models.get_deprecated_models("timm_registry")
     assert deprecated == {"pkmixer_" + a: "pkmixer_" + n for a, n in list_aliases().items()}
     assert not set(deprecated) & set(timm.list_models("pkmixer_*"))
     with pytest.warns(UserWarning, match="pkmixer_smixer_c64p4_32"):
@@ -136,7 +136,27 @@ def test_unknown_names_and_bad_registrations():
     with pytest.raises(ValueError, match="grammar"):
         registry.register("mixer_tiny", pkmixer.models.Mixer, "", "")
     with pytest.raises(ValueError, match="twice"):
-        registry.register_alias("mixer_s64_32", "mixer_t4_28")
+        registry.register_alias("mixer_s64_32", "mixer_t4_28", kept_until="0.3.0")
+
+
+def test_an_alias_warns_once_with_its_new_name_and_the_release_it_stays_until(monkeypatch):
+    monkeypatch.setattr(registry, "_WARNED", set())
+    until = registry.alias_kept_until("mixer_f2_32")
+    assert until == spellings.KEPT_UNTIL and re.fullmatch(r"\d+\.\d+\.\d+", until)
+    with pytest.warns(FutureWarning, match=rf"'mixer_f2_32' is deprecated: use 'mixer_c64d3p4_32'.*until pkmixer {until}"):
+        assert pkmixer.create_model("mixer_f2_32", depth=1).spec.name == "mixer_f2_32"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per process and alias
+        pkmixer.create_model("mixer_f2_32", depth=1)
+        model_entry("mixer_s64_32")  # looking a name up does not warn
+    with pytest.warns(FutureWarning, match="'swmlp_o18_32'.*'swmlp_m1619p4_32'"):  # another alias warns once too
+        pkmixer.create_model("pkmixer_swmlp_o18_32", depth=1)
+
+
+def test_a_checkpoint_with_an_old_name_loads_without_a_warning(tmp_path, monkeypatch):
+    old = pkmixer.create_model("rp_smixer_s64_32", depth=1, num_classes=3)
+    path = save_model(tmp_path / "old.pt", old)
+    monkeypatch.setattr(registry, "_WARNED", set())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert pkmixer.create_model("mixer_f2_32", depth=1).spec.name == "mixer_f2_32"  # pkmixer does not warn
+        assert load_model(path).spec.name == "rp_smixer_s64_32"

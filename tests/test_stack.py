@@ -91,9 +91,9 @@ def test_csr_members_keep_their_own_masks():
     stack = stack_models(models)
     layer, sizes = stack.blocks[0].linears[0], [m.blocks[0].linears[0].nnz for m in models]
     assert layer.sizes == tuple(sizes) and len(set(sizes)) > 1
-    assert layer.values.shape == (3, max(sizes))
+    assert layer.values.shape == (3, 1, max(sizes))  # each member's (1, nnz) row of kept weights
     for k, model in enumerate(models):
-        assert torch.equal(layer.values[k, sizes[k]:], torch.zeros(max(sizes) - sizes[k]))
+        assert torch.equal(layer.values[k, 0, sizes[k]:], torch.zeros(max(sizes) - sizes[k]))
         assert torch.equal(layer.indices[k, :, :sizes[k]], model.blocks[0].linears[0].indices)
     assert stack.padded()["blocks.0.linears.0.values"] == tuple(sizes)
 
@@ -111,7 +111,7 @@ def test_gradients_equal_members(case):
         for name, p in model.named_parameters():
             grad = grads[name].grad[k]
             if name.endswith(".values"):  # a CSR layer's: its own kept weights, then padding that takes none
-                grad, padding = grad[:p.numel()], grad[p.numel():]
+                grad, padding = grad[..., :p.shape[-1]], grad[..., p.shape[-1]:]
                 assert torch.equal(padding, torch.zeros_like(padding)), name
             torch.testing.assert_close(grad, p.grad, atol=1e-12, rtol=1e-10, msg=name)
 

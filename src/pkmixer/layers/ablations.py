@@ -53,11 +53,10 @@ class BatchedLinear(nn.Module):
         lecun_normal_(self.weight.view(-1, self.in_features))
         nn.init.zeros_(self.bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        lead = x.shape[:-2]
-        x = x.reshape(-1, self.n, self.in_features).transpose(0, 1)  # (n, batch, in)
-        y = torch.baddbmm(self.bias[:, None, :], x, self.weight.transpose(1, 2))  # (n, batch, out)
-        return y.transpose(0, 1).reshape(*lead, self.n, self.out_features)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., n, in) -> (..., n, out)
+        rows = x.reshape(-1, self.n, self.in_features).transpose(0, 1)  # (n, batch, in)
+        y = torch.baddbmm(self.bias[:, None, :], rows, self.weight.transpose(1, 2))  # (n, batch, out)
+        return y.transpose(0, 1).unflatten(0, x.shape[:-2])
 
     def extra_repr(self) -> str:
         return f"n={self.n}, in_features={self.in_features}, out_features={self.out_features}"

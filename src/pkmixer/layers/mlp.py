@@ -16,6 +16,7 @@ transposed layout; docs/performance.md section (e) times the formulations.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Optional
 
 import torch
 from torch import nn
@@ -36,21 +37,20 @@ def columns_back(y: torch.Tensor, batch: int) -> torch.Tensor:
     return y.view(y.shape[0], batch, -1).transpose(0, 1)
 
 
-def left_mm(linear: nn.Linear, columns: torch.Tensor) -> torch.Tensor:
-    """W X + b[:, None] for X of shape (in, N): one GEMM."""
-    if linear.bias is None:
-        return linear.weight @ columns
-    return torch.addmm(linear.bias.unsqueeze(-1), linear.weight, columns)
+def left_mm(weight: torch.Tensor, bias: Optional[torch.Tensor], columns: torch.Tensor) -> torch.Tensor:
+    """W X + b[:, None] for a Dense's (out, in) ``weight`` and ``bias``, X of shape (in, N): one GEMM."""
+    if bias is None:
+        return weight @ columns
+    return torch.addmm(bias.unsqueeze(-1), weight, columns)
 
 
-def left_linear(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """W x + b[:, None] for x of shape (B, in, n): ``linear`` applied to every column, as batched products with
+def left_linear(weight: torch.Tensor, bias: Optional[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """W x + b[:, None] for x of shape (B, in, n): the Dense applied to every column, as batched products with
     no transposes."""
-    batch = x.shape[0]
-    w = linear.weight.expand(batch, -1, -1)  # (B, out, in), stride 0 over the batch
-    if linear.bias is None:
+    w = weight.expand(x.shape[0], -1, -1)  # (B, out, in), stride 0 over the batch
+    if bias is None:
         return torch.bmm(w, x)
-    return torch.baddbmm(linear.bias.unsqueeze(-1), w, x)  # (B, out, n)
+    return torch.baddbmm(bias.unsqueeze(-1), w, x)  # (B, out, n)
 
 
 class Mlp(nn.Module):
@@ -66,16 +66,22 @@ class Mlp(nn.Module):
         self.drop1 = nn.Dropout(drop)
         self.fc2 = nn.Linear(hidden_features, out_features)
         self.drop2 = nn.Dropout(drop)
+        self.narrow_columns = NARROW_COLUMNS
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
         return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
 
-    def forward_left(self, x: torch.Tensor) -> torch.Tensor:  # (B, in, n) -> (B, hidden, n) -> (B, out, n)
-        """``self(x.transpose(1, 2)).transpose(1, 2)`` without the transposes (sequence-first when narrow)."""
-        if x.shape[-1] < NARROW_COLUMNS:
-            h = self.drop1(self.act(left_mm(self.fc1, columns_first(x))))
-            return columns_back(self.drop2(left_mm(self.fc2, h)), x.shape[0])
-        return self.drop2(left_linear(self.fc2, self.drop1(self.act(left_linear(self.fc1, x)))))
+    def forward_left(self, x: torch.Tensor, narrow: Optional[bool] = None) -> torch.Tensor:
+        """``self(x.transpose(1, 2)).transpose(1, 2)`` without the transposes, (B, in, n) -> (B, hidden, n) ->
+        (B, out, n): sequence-first when ``narrow`` (None: when n < NARROW_COLUMNS; a mixing layer passes what
+        it chose when it was built)."""
+        if narrow is None:
+            narrow = x.shape[-1] < self.narrow_columns
+        if narrow:
+            h = self.drop1(self.act(left_mm(self.fc1.weight, self.fc1.bias, columns_first(x))))
+            return columns_back(self.drop2(left_mm(self.fc2.weight, self.fc2.bias, h)), x.shape[0])
+        h = self.drop1(self.act(left_linear(self.fc1.weight, self.fc1.bias, x)))
+        return self.drop2(left_linear(self.fc2.weight, self.fc2.bias, h))
 
     def linears(self) -> list[nn.Linear]:
         return [self.fc1, self.fc2]
@@ -96,15 +102,20 @@ class FcAct(nn.Module):
         self.fc = nn.Linear(in_features, out_features)
         self.act = act_layer()
         self.drop = nn.Dropout(drop)
+        self.narrow_columns = NARROW_COLUMNS
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
         return self.drop(self.act(self.fc(x)))
 
-    def forward_left(self, x: torch.Tensor) -> torch.Tensor:  # (B, in, n) -> (B, out, n)
-        """``self(x.transpose(1, 2)).transpose(1, 2)`` without the transposes (sequence-first when narrow)."""
-        if x.shape[-1] < NARROW_COLUMNS:
-            return columns_back(self.drop(self.act(left_mm(self.fc, columns_first(x)))), x.shape[0])
-        return self.drop(self.act(left_linear(self.fc, x)))
+    def forward_left(self, x: torch.Tensor, narrow: Optional[bool] = None) -> torch.Tensor:
+        """``self(x.transpose(1, 2)).transpose(1, 2)`` without the transposes, (B, in, n) -> (B, out, n);
+        ``narrow`` as :meth:`Mlp.forward_left`."""
+        if narrow is None:
+            narrow = x.shape[-1] < self.narrow_columns
+        if narrow:
+            return columns_back(self.drop(self.act(left_mm(self.fc.weight, self.fc.bias, columns_first(x)))),
+                                x.shape[0])
+        return self.drop(self.act(left_linear(self.fc.weight, self.fc.bias, x)))
 
     def linears(self) -> list[nn.Linear]:
         return [self.fc]

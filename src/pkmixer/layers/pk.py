@@ -14,8 +14,9 @@ Neither moves data: channel mixing is the MLP on the last axis, and token mixing
 ``forward_left`` (W X as one batched product, :mod:`pkmixer.layers.mlp`), or a transposed view for any other
 MLP module. An RP layer (S.13) draws J₁ and J₂ uniformly at random once, keeps them frozen as ``int64``
 buffers in the state dict, and runs as two gathers. Any other choice of J₁, J₂ among identity, commutation and
-random (Def. 5.1) runs as gathers too (:class:`PermuteColumns`): multi-threaded ``torch.gather`` both ways,
-the backward with the inverse permutation, which :meth:`PKMixing.gather_pairs` derives from the buffers once.
+random (Def. 5.1) runs as gathers too (:func:`permute_columns`): a multi-threaded ``torch.gather`` forward and
+``scatter_`` backward. Which of these paths a layer takes is fixed when it is built, so that its ``forward`` has
+no Python branch on shapes or data (torch.fx, TorchScript and torch.export trace it as it runs).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from .mlp import FcAct, Mlp
+from .mlp import NARROW_COLUMNS, FcAct, Mlp
 
 Axis = Literal["token", "channel"]
 PERMUTATIONS = ("identity", "commutation", "random")
@@ -52,29 +53,65 @@ def inverse_permutation(idx: torch.Tensor) -> torch.Tensor:
     return inv
 
 
-def gather_pair(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(idx, idx⁻¹) as int64 gather indices on idx's device."""
-    return idx.long(), inverse_permutation(idx).long()
-
-
 class PermuteColumns(torch.autograd.Function):
-    """y = x[:, idx] for a permutation ``idx`` of x's m columns, given as ``pair = (idx, idx⁻¹)``
-    (:func:`gather_pair`); the gradient is gathered back with idx⁻¹.
+    """y = x[:, idx] for a permutation ``idx`` of x's m columns; the gradient goes back by scattering to idx.
 
-    Both directions are ``torch.gather`` with the index broadcast over the batch (a stride-0 view): it runs on
-    all threads, where ``index_select`` along dim 1 runs on one, and ``index_select``'s autograd scatter-adds
-    into zeros as it must for an index with repeats; for a permutation the gather with the inverse is the same
-    map. The pair is frozen structure, not an input: it is kept on ``ctx``, not saved as a tensor.
+    Both directions move data only, with the index broadcast over the batch (a stride-0 view): the forward is
+    ``torch.gather`` and the backward ``scatter_``, which run on all threads, where ``index_select`` along
+    dim 1 runs on one and its autograd scatter-adds into zeros as it must for an index with repeats. For a
+    permutation the scatter to idx is the same map as a gather with idx⁻¹, so no inverse is needed. The index
+    is frozen structure, not an input: it is kept on ``ctx``, not saved as a tensor.
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, pair: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:  # (B, m)
-        ctx.inverse = pair[1]
-        return torch.gather(x, 1, pair[0].expand(x.shape[0], -1))
+    def forward(ctx, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:  # (B, m)
+        ctx.index = index
+        return torch.gather(x, 1, index.expand(x.shape[0], -1))
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return torch.gather(grad, 1, ctx.inverse.expand(grad.shape[0], -1)), None
+        return _scatter_columns(grad, ctx.index), None
+
+
+def _scatter_columns(grad: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """z with z[:, index[i]] = grad[:, i]: the transpose of the column gather by a permutation ``index``."""
+    return torch.empty_like(grad).scatter_(1, index.expand(grad.shape[0], -1), grad)
+
+
+# The same map as an operator of torch.ops, for TorchScript (which cannot run an autograd.Function): a scripted
+# model calls it, eager and traced models call PermuteColumns (identical values both ways, forward and backward).
+@torch.library.custom_op("pkmixer::permute_columns", mutates_args=())
+def _permute_columns_op(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    return torch.gather(x, 1, index.expand(x.shape[0], -1))
+
+
+@_permute_columns_op.register_fake
+def _(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def _permute_setup(ctx, inputs, output) -> None:
+    ctx.index = inputs[1]
+
+
+def _permute_backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+    return _scatter_columns(grad, ctx.index), None
+
+
+_permute_columns_op.register_autograd(_permute_backward, setup_context=_permute_setup)
+
+
+def permute_columns(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x[:, index] for a permutation ``index`` of x's columns, x of shape (B, m) (:class:`PermuteColumns`).
+
+    One node of an FX graph (``torch.fx.wrap``), the operator ``torch.ops.pkmixer.permute_columns`` in
+    TorchScript."""
+    if torch.jit.is_scripting():
+        return torch.ops.pkmixer.permute_columns(x, index)
+    return PermuteColumns.apply(x, index)
+
+
+torch.fx.wrap("permute_columns")
 
 
 class PKMixing(nn.Module):
@@ -90,6 +127,11 @@ class PKMixing(nn.Module):
     ``int64`` buffers ``in_index`` / ``out_index``. ``None`` gives the normal Mixer's choice, which runs as
     plain transposes; every other choice runs as gathers.
     """
+
+    # fixed when built: constants to TorchScript, which compiles only the path they choose
+    __constants__ = ["normal", "normal_channel", "normal_left", "narrow", "out_rows", "out_cols", "other",
+                     "in_features"]
+    __jit_unused_properties__ = ["permuted"]
 
     def __init__(self, mlp: nn.Module, axis: Axis, other: int, in_features: int, out_features: int,
                  perms: tuple[str, str] | None = None, generator: torch.Generator | None = None) -> None:
@@ -108,6 +150,12 @@ class PKMixing(nn.Module):
         self.out_features = out_features
         self.perms = perms
         self.normal = perms == NORMAL[axis]
+        # the path forward takes, chosen here (constants to TorchScript): the MLP on the last axis, the MLP's
+        # left multiplication (sequence-first below NARROW_COLUMNS columns), transposes around it, or gathers
+        self.normal_channel = self.normal and axis == "channel"
+        self.normal_left = self.normal and axis == "token" and isinstance(mlp, (Mlp, FcAct))
+        self.narrow = other < NARROW_COLUMNS
+        self.out_rows, self.out_cols = (out_features, other) if axis == "token" else (other, out_features)
         if not self.normal:
             rows_in = (in_features, other) if axis == "token" else (other, in_features)  # the input feature map
             for name, kind, shape in (("in_index", perms[0], rows_in), ("out_index", perms[1], (other, out_features))):
@@ -123,39 +171,19 @@ class PKMixing(nn.Module):
         return "random" in self.perms
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B = x.shape[0]
-        if self.normal:
-            if self.axis == "channel":
-                return self.mlp(x)  # (B, S, C_in) -> (B, S, C_out)
-            if isinstance(self.mlp, (Mlp, FcAct)):
-                return self.mlp.forward_left(x)  # W X: (B, S_in, C) -> (B, S_out, C), no transposes
-            return self.mlp(x.transpose(1, 2)).transpose(1, 2)  # (B, C, S_in) -> (B, C, S_out) -> (B, S_out, C)
-        j1, j2 = self.gather_pairs()
-        y = PermuteColumns.apply(x.reshape(B, -1), j1)  # J₁: (B, other * in)
-        y = self.mlp(y.view(B, self.other, self.in_features))  # I ⊗ W: (B, other, out)
-        y = PermuteColumns.apply(y.reshape(B, -1), j2)  # J₂: (B, other * out)
-        if self.axis == "token":
-            return y.view(B, self.out_features, self.other)  # (B, S_out, C)
-        return y.view(B, self.other, self.out_features)  # (B, S, C_out)
-
-    def gather_pairs(self) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-        """:func:`gather_pair` of J₁ and J₂: derived from the buffers and cached (not state), rebuilt whenever a
-        buffer is replaced, moved or loaded. Under torch.compile they are derived in the graph instead: the cache key
-        reads storage pointers, which some torch versions cannot trace (a graph break at every mixing layer)."""
-        bufs = (self.in_index, self.out_index)
-        if torch.compiler.is_compiling():
-            return gather_pair(bufs[0]), gather_pair(bufs[1])
-        key = tuple((b.data_ptr(), b.device, b._version, b.numel()) for b in bufs)
-        cached = self.__dict__.get("_gather_cache")
-        if cached is None or cached[0] != key:
-            cached = self.__dict__["_gather_cache"] = (key, tuple(gather_pair(b) for b in bufs))
-        return cached[1]
-
-    def __getstate__(self) -> dict:
-        """Copies and pickles leave the derived gather cache behind."""
-        state = self.__dict__.copy()
-        state.pop("_gather_cache", None)
-        return state
+        if self.normal_channel:
+            y = self.mlp(x)  # (B, S, C_in) -> (B, S, C_out)
+        elif self.normal_left:  # W X: (B, S_in, C) -> (B, S_out, C), no transposes
+            y = self.mlp.forward_left(x, self.narrow)
+        elif self.normal:  # (B, C, S_in) -> (B, C, S_out) -> (B, S_out, C)
+            y = self.mlp(x.transpose(1, 2)).transpose(1, 2)
+        else:
+            B = x.shape[0]
+            y = permute_columns(x.reshape(B, -1), self.in_index)  # J₁: (B, other * in)
+            y = self.mlp(y.view(B, self.other, self.in_features))  # I ⊗ W: (B, other, out)
+            y = permute_columns(y.reshape(B, -1), self.out_index)  # J₂: (B, other * out)
+            y = y.view(B, self.out_rows, self.out_cols)  # (B, S_out, C) or (B, S, C_out)
+        return y
 
     def gather_indices(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(J₁, J₂) as gather indices on flat row-major storage (Eq. 19, S.21-S.23), normal layers included."""

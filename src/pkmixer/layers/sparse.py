@@ -8,7 +8,7 @@ representations compute the same map x -> (M ⊙ W) x + b:
 
 The sparse form trains in time and memory O(Ω·batch) with CSR kernels (MKL on the CPU, cuSPARSE on a GPU):
 forward y = W x is a CSR × dense product, the input gradient Wᵀ g a second one with the transposed pattern
-(built once from the coordinates and cached, 8 bytes per kept weight), and the weight gradient is (g xᵀ)
+(derived once from the coordinates, 8 bytes per kept weight), and the weight gradient is (g xᵀ)
 sampled at the kept coordinates only (``torch.sparse.sampled_addmm``), never the dense m×m product that a COO
 ``torch.sparse.mm`` backward forms. CPU CSR kernels exist for float32 and float64 only; other dtypes take the
 COO path. docs/performance.md section (c) compares the two forms.
@@ -162,39 +162,116 @@ def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tup
         return torch.sparse_csr_tensor(crow, col, values, shape, check_invariants=False)
 
 
+def csr_product(x: torch.Tensor, values: torch.Tensor, pattern: CsrPattern) -> torch.Tensor:
+    """x Wᵀ for W = CSR(pattern, values), x (N, in) -> (N, out): one CSR × dense product."""
+    y = torch.sparse.mm(pattern.matrix(values), x.t().contiguous())  # (out, N); MKL wants a row-major x
+    return y.t().contiguous()  # (N, out)
+
+
+def csr_gradients(grad: torch.Tensor, x: torch.Tensor, values: torch.Tensor, pattern: CsrPattern, need_x: bool,
+                  need_values: bool) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The gradients of :func:`csr_product` for the output gradient ``grad`` (N, out): Wᵀ g with the transposed
+    pattern, and (g xᵀ) at the kept coordinates only."""
+    g = grad.t().contiguous()  # (out, N)
+    grad_x = grad_values = None
+    if need_x:
+        grad_x = torch.sparse.mm(pattern.transposed(values), g).t()  # Wᵀ g: (in, N) -> (N, in)
+    if need_values:
+        zeros = pattern.matrix(values.new_zeros(values.shape))
+        grad_values = torch.sparse.sampled_addmm(zeros, g, x, beta=0.0).values()
+    return grad_x, grad_values
+
+
 class CsrLinearFunction(torch.autograd.Function):
-    """(x, values) -> x Wᵀ for W = CSR(pattern, values); x (N, in). See the module docstring."""
+    """(x, values) -> x Wᵀ for W = CSR(pattern, values); x (N, in), values (nnz,). See the module docstring."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, values: torch.Tensor, pattern: CsrPattern) -> torch.Tensor:
         ctx.pattern = pattern  # frozen structure, not an input: kept on ctx, not saved as a tensor
         ctx.save_for_backward(x, values)
-        y = torch.sparse.mm(pattern.matrix(values), x.t().contiguous())  # (out, N); MKL wants a row-major x
-        return y.t().contiguous()  # (N, out)
+        return csr_product(x, values, pattern)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
         x, values = ctx.saved_tensors
-        pattern: CsrPattern = ctx.pattern
-        g = grad.t().contiguous()  # (out, N)
-        grad_x = grad_values = None
-        if ctx.needs_input_grad[0]:
-            grad_x = torch.sparse.mm(pattern.transposed(values), g).t()  # Wᵀ g: (in, N) -> (N, in)
-        if ctx.needs_input_grad[1]:  # (g xᵀ) at the kept coordinates only
-            zeros = pattern.matrix(values.new_zeros(values.shape))
-            grad_values = torch.sparse.sampled_addmm(zeros, g, x, beta=0.0).values()
-        return grad_x, grad_values, None
+        return (*csr_gradients(grad, x, values, ctx.pattern, *ctx.needs_input_grad[:2]), None)
+
+
+# SparseLinear's product as an operator of torch.ops, opaque to torch.fx, TorchScript, torch.export and
+# torch.compile: the CSR kernels on float32/float64 (and on a GPU), else the COO reference, whose gradients are
+# torch's own autograd of the COO product (its weight gradient forms the dense (out, in) product, then masks it).
+def _pattern(shape: tuple[int, int], indices: torch.Tensor, crow: torch.Tensor, t_crow: torch.Tensor,
+             t_col: torch.Tensor, t_perm: torch.Tensor) -> CsrPattern:
+    return CsrPattern(shape, crow, indices[1], t_crow, t_col, t_perm)
+
+
+def _uses_csr(values: torch.Tensor) -> bool:
+    return values.dtype in CSR_DTYPES or values.device.type == "cuda"
+
+
+def _coo_product(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, shape: tuple[int, int]
+                 ) -> torch.Tensor:
+    weight = torch.sparse_coo_tensor(indices, values.reshape(-1), shape, is_coalesced=True, check_invariants=False)
+    return torch.sparse.mm(weight, x.t()).t()
+
+
+@torch.library.custom_op("pkmixer::sparse_linear", mutates_args=())
+def _sparse_linear_op(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, crow: torch.Tensor,
+                      t_crow: torch.Tensor, t_col: torch.Tensor, t_perm: torch.Tensor) -> torch.Tensor:
+    shape = (crow.numel() - 1, t_crow.numel() - 1)
+    if _uses_csr(values):
+        return csr_product(x.to(values.dtype), values.reshape(-1), _pattern(shape, indices, crow, t_crow, t_col, t_perm))
+    return _coo_product(x, values, indices, shape).clone()  # a new tensor, never a view of the input
+
+
+@_sparse_linear_op.register_fake
+def _(x, values, indices, crow, t_crow, t_col, t_perm):
+    out_dtype = values.dtype if _uses_csr(values) else torch.promote_types(x.dtype, values.dtype)
+    return x.new_empty((x.shape[0], crow.shape[0] - 1), dtype=out_dtype)
+
+
+def _sparse_linear_setup(ctx, inputs, output) -> None:
+    x, values, indices, crow, t_crow, t_col, t_perm = inputs
+    ctx.save_for_backward(x, values)
+    ctx.structure = (indices, crow, t_crow, t_col, t_perm)  # frozen structure, not inputs to differentiate
+
+
+def _sparse_linear_backward(ctx, grad: torch.Tensor):
+    x, values = ctx.saved_tensors
+    indices, crow, t_crow, t_col, t_perm = ctx.structure
+    shape = (crow.numel() - 1, t_crow.numel() - 1)
+    need_x, need_values = ctx.needs_input_grad[:2]
+    if _uses_csr(values):
+        grad_x, grad_values = csr_gradients(grad, x.to(values.dtype), values.reshape(-1),
+                                            _pattern(shape, indices, crow, t_crow, t_col, t_perm), need_x, need_values)
+        grad_x = None if grad_x is None else grad_x.to(x.dtype)
+        grad_values = None if grad_values is None else grad_values.reshape(values.shape)
+    else:
+        with torch.enable_grad():
+            xs, vs = x.detach().requires_grad_(need_x), values.detach().requires_grad_(need_values)
+            wanted = [t for t, need in ((xs, need_x), (vs, need_values)) if need]
+            found = iter(torch.autograd.grad(_coo_product(xs, vs, indices, shape), wanted, grad))
+        grad_x, grad_values = (next(found) if need_x else None), (next(found) if need_values else None)
+    return grad_x, grad_values, None, None, None, None, None
+
+
+_sparse_linear_op.register_autograd(_sparse_linear_backward, setup_context=_sparse_linear_setup)
 
 
 class SparseLinear(nn.Module):
     """Only the unmasked weights, as values with frozen COO coordinates: memory O(p·in·out).
 
-    Trains with CSR kernels (:class:`CsrLinearFunction`); ``csr_pattern`` derives the pattern from ``indices``
-    on first use and again whenever ``indices`` is replaced, moved or loaded.
+    ``values`` is a (1, nnz) row, a weight matrix to optimisers (weight decay by role and timm's rank rule
+    agree); ``indices`` (2, nnz) holds each kept weight's (row, column), row-major. Trains with CSR kernels
+    through the operator ``torch.ops.pkmixer.sparse_linear`` (:func:`csr_product`, :func:`csr_gradients`),
+    which torch.fx, TorchScript and torch.export keep as one opaque node. Its CSR pattern (:meth:`csr_pattern`,
+    8 bytes per kept weight besides ``indices``) is derived from ``indices`` when the layer is built and again
+    when weights are loaded; it is not state, and moves with the layer. A checkpoint that stores ``values`` as
+    the 1-D (nnz,) vector of earlier versions loads as it is.
     """
 
-    decayed_parameters = ("values",)  # the kept weights, 1-D: weight decay by role (pkmixer.layers.decay)
+    decayed_parameters = ("values",)  # the kept weights: weight decay by role (pkmixer.layers.decay)
 
     def __init__(self, in_features: int, out_features: int, density: float, generator: torch.Generator,
                  bias: bool = True) -> None:
@@ -202,46 +279,47 @@ class SparseLinear(nn.Module):
         rows, cols, values = _draw_sparse_weight(in_features, out_features, density, generator)
         self.in_features, self.out_features, self.density = in_features, out_features, density
         self.register_buffer("indices", torch.stack([rows, cols]))
-        self.values = nn.Parameter(values)
+        self.values = nn.Parameter(values.view(1, -1))
         self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+        self._derive_pattern()
 
     @property
     def nnz(self) -> int:
         return self.values.numel()
 
     def sparse_weight(self) -> torch.Tensor:
-        return torch.sparse_coo_tensor(self.indices, self.values, (self.out_features, self.in_features),
+        return torch.sparse_coo_tensor(self.indices, self.values.reshape(-1), (self.out_features, self.in_features),
                                        is_coalesced=True, check_invariants=False)
 
+    def _derive_pattern(self) -> None:
+        """The CSR pattern of ``indices`` as tensors of the layer (not buffers: derived, not state)."""
+        rows, cols = self.indices
+        pattern = CsrPattern.from_coordinates(rows, cols, (self.out_features, self.in_features))
+        self.csr_crow, self.csr_t_crow = pattern.crow, pattern.t_crow
+        self.csr_t_col, self.csr_t_perm = pattern.t_col, pattern.t_perm
+
     def csr_pattern(self) -> CsrPattern:
-        """The CSR pattern of ``indices``: a cache derived from the buffer (not state; cost.py does not count it)."""
-        key = (self.indices.data_ptr(), self.indices.device, self.indices._version, self.indices.shape[1])
-        cached = self.__dict__.get("_csr_cache")
-        if cached is None or cached[0] != key:
-            rows, cols = self.indices
-            cached = self.__dict__["_csr_cache"] = (key, CsrPattern.from_coordinates(
-                rows, cols, (self.out_features, self.in_features)))
-        return cached[1]
+        """The CSR pattern of ``indices`` (derived from it; cost.py does not count it)."""
+        return _pattern((self.out_features, self.in_features), self.indices, self.csr_crow, self.csr_t_crow,
+                        self.csr_t_col, self.csr_t_perm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features)  # (N, in)
-        if self.values.dtype in CSR_DTYPES or self.values.device.type == "cuda":
-            y = _csr_linear(x2.to(self.values.dtype), self.values, self.csr_pattern())
-        else:  # COO reference: its weight gradient forms the dense (out, in) product before masking it
-            y = torch.sparse.mm(self.sparse_weight(), x2.t()).t()
+        y = torch.ops.pkmixer.sparse_linear(x.reshape(-1, self.in_features), self.values, self.indices, self.csr_crow,
+                                            self.csr_t_crow, self.csr_t_col, self.csr_t_perm)  # (N, out)
         if self.bias is not None:
             y = y + self.bias
-        return y.reshape(*lead, self.out_features)
+        return y.unflatten(0, x.shape[:-1])
 
-    def __getstate__(self) -> dict:
-        """Copies and pickles leave the derived CSR cache behind."""
-        state = self.__dict__.copy()
-        state.pop("_csr_cache", None)
-        return state
+    def _apply(self, fn, recurse: bool = True):
+        """The derived pattern moves with the layer (``to``, ``cuda``, ...), as its buffers do."""
+        super()._apply(fn, recurse)
+        for name in ("csr_crow", "csr_t_crow", "csr_t_col", "csr_t_perm"):
+            setattr(self, name, fn(getattr(self, name)))
+        return self
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[override]
-        """A checkpoint carries its own mask, whose number of ones differs from this one's: take its size.
+        """A checkpoint carries its own mask, whose number of ones differs from this one's: take its size. The
+        1-D ``values`` of earlier versions load as the (1, nnz) row. The pattern is derived again afterwards.
 
         Load before building an optimizer: ``values`` becomes a new Parameter when the size changes.
         """
@@ -249,8 +327,12 @@ class SparseLinear(nn.Module):
         if incoming is not None and incoming.shape != self.indices.shape and incoming.ndim == 2:
             n = incoming.shape[1]
             self.indices = torch.empty(2, n, dtype=self.indices.dtype, device=self.indices.device)
-            self.values = nn.Parameter(self.values.new_empty(n), requires_grad=self.values.requires_grad)
+            self.values = nn.Parameter(self.values.new_empty(1, n), requires_grad=self.values.requires_grad)
+        values = state_dict.get(prefix + "values")
+        if values is not None and values.ndim == 1:
+            state_dict[prefix + "values"] = values.view(1, -1)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._derive_pattern()
 
     def dense_weight(self) -> torch.Tensor:
         """M ⊙ W as a dense (out, in) matrix (for analysis at small sizes)."""
@@ -265,11 +347,6 @@ class SparseLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, p={self.density:g}, nnz={self.nnz}"
-
-
-@torch.compiler.disable  # sparse CSR tensors do not trace; a compiled SW-MLP runs this product eagerly
-def _csr_linear(x: torch.Tensor, values: torch.Tensor, pattern: CsrPattern) -> torch.Tensor:
-    return CsrLinearFunction.apply(x, values, pattern)
 
 
 SPARSE_LAYERS = {"sparse": SparseLinear, "masked": MaskedLinear}

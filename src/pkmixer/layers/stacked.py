@@ -80,8 +80,8 @@ class StackedSparseLinear(nn.Module):
     block k is member k's own mask and kept weights, so member k's outputs are its own product, exactly, and the
     weight gradient is sampled at the kept coordinates only (:class:`~pkmixer.layers.sparse.CsrLinearFunction`).
 
-    Members keep different numbers of weights (each mask its own draw, issue 15 item 2), so ``values`` is (K, n)
-    and ``indices`` (K, 2, n) for the largest count n: member k's first ``sizes[k]`` entries are its own, the rest
+    Members keep different numbers of weights (each mask its own draw, issue 15 item 2), so ``values`` is (K, 1, n)
+    (each member's (1, nnz) row) and ``indices`` (K, 2, n) for the largest count n: member k's first ``sizes[k]`` entries are its own, the rest
     zero padding that no product reads. Its gradient is zero, so optimiser steps (decay included), clipping and a
     Polyak average keep it zero; :meth:`~pkmixer.train.stack.StackedModel.member_state_dict` and the
     :class:`~pkmixer.train.stack.MemberOptimizer` cut it off (:attr:`padded`)."""
@@ -102,10 +102,10 @@ class StackedSparseLinear(nn.Module):
         if first.values.dtype not in CSR_DTYPES:
             raise ConfigError(f"stacked CSR weights need float32 or float64 values, not {first.values.dtype}")
         sizes = tuple(m.nnz for m in layers)
-        values = first.values.new_zeros(len(layers), max(sizes))
+        values = first.values.new_zeros(len(layers), 1, max(sizes))
         indices = first.indices.new_zeros(len(layers), 2, max(sizes))
         for k, m in enumerate(layers):
-            values[k, :sizes[k]] = m.values.detach()
+            values[k, :, :sizes[k]] = m.values.detach()
             indices[k, :, :sizes[k]] = m.indices
         return cls(values, indices, sizes, None if first.bias is None else stacked([m.bias for m in layers]),
                    first.in_features, first.out_features, first.density)
@@ -122,7 +122,7 @@ class StackedSparseLinear(nn.Module):
         key = (self.indices.data_ptr(), self.indices.device, self.indices._version)
         cached = self.__dict__.get("_block_cache")
         if cached is None or cached[0] != key:
-            K, n = self.values.shape
+            K, n = self.values.shape[0], self.values.shape[-1]
             rows, cols, take = [], [], []
             for k, size in enumerate(self.sizes):
                 rows.append(self.indices[k, 0, :size] + k * self.out_features)

@@ -14,7 +14,8 @@ official checkpoints hold. Tensors are copied unchanged, so every conversion is 
   our Mixer by default use the exact GELU (``act="gelu"``). No format but ours records it, so a Flax ``.npz``
   imports as ``act="gelu_tanh"`` and a timm state dict as ``act="gelu"`` unless ``act`` says otherwise, and
   writing a model to a format whose reader assumes the other GELU warns (:class:`ActivationWarning`).
-* Files: :func:`import_checkpoint` reads any of the three formats into a registered model (architecture
+* Files: :func:`import_checkpoint` reads any of the three formats (and safetensors: a pkmixer weights file, or a
+  timm state dict as the Hugging Face hub holds them) into a registered model (architecture
   inferred from the shapes, or checked against a named model; optionally a fresh head), and
   :func:`export_checkpoint` writes one; :func:`convert_checkpoint` is the two together (``pkmixer convert``).
   None of the formats records the LayerNorm ε: Flax and timm use 1e-6.
@@ -39,47 +40,12 @@ import torch
 from torch import nn
 
 from ..atomic import write_atomically
-from ..checkpoint import FORMAT, check_version, save_model
+from ..checkpoint import FORMAT, check_version, read_weights, save_model, save_weights, upgrade_state_dict
 from ..errors import ConfigError, check_positive_int
 from .mixer import ACTIVATIONS, Mixer
 from .registry import ModelEntry, create_model, list_models, model_entry
 from .restore import rebuild_options
-
-# (timm pattern, ours) - applied to the key with the block index substituted
-_KEY_MAP = [
-    (r"stem\.proj\.", "stem."),
-    (r"blocks\.(\d+)\.norm1\.", r"blocks.\1.token.norm."),
-    (r"blocks\.(\d+)\.mlp_tokens\.", r"blocks.\1.token.mixing.mlp."),
-    (r"blocks\.(\d+)\.norm2\.", r"blocks.\1.channel.norm."),
-    (r"blocks\.(\d+)\.mlp_channels\.", r"blocks.\1.channel.mixing.mlp."),
-]
-_REVERSE_MAP = [
-    (r"stem\.", "stem.proj."),
-    (r"blocks\.(\d+)\.token\.norm\.", r"blocks.\1.norm1."),
-    (r"blocks\.(\d+)\.token\.mixing\.mlp\.", r"blocks.\1.mlp_tokens."),
-    (r"blocks\.(\d+)\.channel\.norm\.", r"blocks.\1.norm2."),
-    (r"blocks\.(\d+)\.channel\.mixing\.mlp\.", r"blocks.\1.mlp_channels."),
-]
-
-
-def _rename_key(key: str, rules: list[tuple[str, str]]) -> str:
-    for pattern, repl in rules:
-        if re.match(pattern, key):
-            return re.sub(pattern, repl, key, count=1)
-    return key
-
-
-def _rename(state: dict[str, torch.Tensor], rules: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
-    return {_rename_key(key, rules): value for key, value in state.items()}
-
-
-def timm_to_pkmixer_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return _rename(state, _KEY_MAP)
-
-
-def pkmixer_to_timm_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return _rename(state, _REVERSE_MAP)
-
+from .timm_names import TO_TIMM, rename_key, pkmixer_to_timm_state_dict, timm_to_pkmixer_state_dict
 
 # the GELU each format's own code computes; a file records neither (Flax's nn.gelu is the tanh approximation)
 FORMAT_ACT = {"flax": "gelu_tanh", "timm": "gelu"}
@@ -164,7 +130,7 @@ def _listing1_names(fmt: str, depth: int) -> list[tuple[str, str, str]]:
     if fmt == "flax":
         return rows
     if fmt == "timm":
-        return [(ours, _rename_key(ours, _REVERSE_MAP), layout) for ours, _, layout in rows]
+        return [(ours, rename_key(ours, TO_TIMM), layout) for ours, _, layout in rows]
     return [(ours, ours, layout) for ours, _, layout in rows]
 
 
@@ -235,7 +201,8 @@ def pkmixer_to_flax_arrays(state: Mapping[str, torch.Tensor]) -> dict[str, np.nd
 
 
 # ---- checkpoint files ------------------------------------------------------------------------------------
-DESTINATION_FORMATS = {".npz": "flax", ".pth": "timm", ".pt": "pkmixer"}  # by suffix
+# by suffix; a pkmixer model goes to a checkpoint (.pt) or a safetensors weights file (.safetensors)
+DESTINATION_FORMATS = {".npz": "flax", ".pth": "timm", ".pt": "pkmixer", ".safetensors": "pkmixer"}
 _HEAD = {"flax": ("head/kernel", "head/bias"), "timm": ("head.weight", "head.bias"),
          "pkmixer": ("head.weight", "head.bias")}
 # what a Flax or timm checkpoint implies beyond its shapes: Listing 1's MLP-Mixer with ε = 1e-6 (and the GELU
@@ -292,6 +259,7 @@ def _read_torch(path: Path) -> tuple[str, dict[str, torch.Tensor], tuple[str, di
     if isinstance(payload, dict) and payload.get("format") == FORMAT:
         check_version(payload, path)
         fmt, state = "pkmixer", payload.get("state_dict")
+        state = upgrade_state_dict(state) if isinstance(state, dict) else state
         spec = (payload.get("model"), payload.get("overrides"), payload.get("arguments"))
     else:  # timm: a state dict, or one wrapped by timm's training scripts
         fmt, spec = "timm", None
@@ -302,6 +270,15 @@ def _read_torch(path: Path) -> tuple[str, dict[str, torch.Tensor], tuple[str, di
         raise ConfigError(f"{path} holds neither a pkmixer checkpoint nor a timm state dict "
                           "(tensors by name, possibly under 'state_dict' or 'model')")
     return fmt, state, spec
+
+
+def _read_safetensors(path: Path) -> tuple[str, dict[str, torch.Tensor], tuple[str, dict[str, Any], Any] | None]:
+    """("pkmixer", state dict, (model name, overrides, arguments)) for a pkmixer weights file, else ("timm",
+    state dict, None): a state dict in timm's names (as the Hugging Face hub holds timm's Mixers)."""
+    payload = read_weights(path)
+    if payload["format"] is None:
+        return "timm", payload["state_dict"], None
+    return "pkmixer", payload["state_dict"], (payload["model"], payload["overrides"], payload["arguments"])
 
 
 def _float_dtype(path: Path, state: Mapping[str, torch.Tensor]) -> torch.dtype:
@@ -398,6 +375,8 @@ def import_checkpoint(src: str | os.PathLike, *, model: str | None = None, num_c
             check_positive_int(key, value)
     if _is_npz(path):
         fmt, state, spec = "flax", _read_npz(path), None
+    elif path.suffix == ".safetensors":
+        fmt, state, spec = _read_safetensors(path)
     else:
         fmt, state, spec = _read_torch(path)
     if spec is not None:
@@ -443,7 +422,7 @@ def _destination(dst: str | os.PathLike, overwrite: bool) -> tuple[Path, str]:
     path = Path(dst)
     if path.suffix not in DESTINATION_FORMATS:
         raise ConfigError(f"cannot tell the format of {path} from its suffix: use .npz (Flax, Listing 1 names), "
-                          ".pth (timm state dict) or .pt (pkmixer checkpoint)")
+                          ".pth (timm state dict), .pt (pkmixer checkpoint) or .safetensors (pkmixer weights)")
     if path.is_dir():
         raise ConfigError(f"{path} is a folder, not a file name")
     if path.exists() and not overwrite:
@@ -464,14 +443,17 @@ def _warn_activation(model: Mixer, fmt: str, path: Path) -> None:
 def export_checkpoint(model: nn.Module, dst: str | os.PathLike, *, overwrite: bool = False) -> str:
     """Write ``model`` atomically in the format of ``dst``'s suffix (see ``DESTINATION_FORMATS``); return it.
 
-    ``.npz``: Listing 1's Flax arrays; ``.pth``: a timm state dict; ``.pt``: a pkmixer checkpoint
+    ``.npz``: Listing 1's Flax arrays; ``.pth``: a timm state dict; ``.pt``: a pkmixer checkpoint; ``.safetensors``:
+    a pkmixer weights file (:func:`pkmixer.checkpoint.save_weights`)
     (:func:`pkmixer.checkpoint.save_model`; the model must come from ``create_model``). Neither an
     ``.npz`` nor a ``.pth`` records the activation: a model whose GELU is not the one the format's code
     computes (``FORMAT_ACT``: Flax the tanh approximation, timm the exact GELU) is written with an
     :class:`ActivationWarning`.
     """
     path, fmt = _destination(dst, overwrite)
-    if fmt == "pkmixer":
+    if path.suffix == ".safetensors":
+        save_weights(path, model, overwrite=overwrite)
+    elif fmt == "pkmixer":
         save_model(path, model, overwrite=overwrite)
     elif fmt == "flax":
         _check_listing1(model, "Flax")

@@ -37,3 +37,11 @@ def select_indices(n: int, indices: int | Sequence[int] | None) -> list[int]:
             raise ConfigError(f"feature index {i} out of range for {n} feature points")
         out.append(j)
     return sorted(set(out))
+
+
+def point_format(output_fmt: str, allowed: tuple[str, ...]) -> str:
+    """The layout of the features, one of ``allowed`` (timm's ``output_fmt``; a ``timm.layers.Format`` too)."""
+    fmt = getattr(output_fmt, "value", output_fmt)
+    if fmt not in allowed:
+        raise ConfigError(f"output_fmt must be one of {', '.join(allowed)}, got {output_fmt!r}")
+    return fmt

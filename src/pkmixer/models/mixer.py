@@ -18,9 +18,8 @@
   MLPs on G neighbouring channels, (S·G)×(C/G), or on G trainable views R^C -> R^{C/G}), each carrying its
   own options; ``num_tokens=Pyramid(S_1, ..., S_L)`` is a pyramid (S per block: the token mixing of a block
   maps S_in -> S_out and its skip becomes LN(W̃ X) whenever S changes).
-* ``create_model`` (and so configs and checkpoints) also speaks the plain spelling of those arguments,
-  :data:`PLAIN_OPTIONS` (``untied_tokens``, ``channel_groups``, ``group_views``, ``token_schedule``):
-  :func:`from_plain_options` turns them into ``token_mixing`` / ``num_tokens``, :func:`to_plain_options` back.
+* ``create_model`` (and so configs and checkpoints) also speaks the plain spelling of those arguments
+  (``untied_tokens``, ``channel_groups``, ``group_views``, ``token_schedule``): :mod:`pkmixer.models.spellings`.
 
 Hidden widths: ``mlp_ratio=γ`` (or a (γ_token, γ_channel) pair) gives D_S = γS and D_C = γC as in Hayase &
 Karakida; ``token_hidden`` / ``channel_hidden`` set D_S, D_C directly, as Table 1 of Tolstikhin et al. does.
@@ -36,23 +35,27 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Optional
 
 import torch
 from timm.layers import DropPath, lecun_normal_
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ..errors import ConfigError, check_positive, check_positive_int, check_rate
 from ..layers.ablations import BatchedLinear, GroupedTokenMixing
 from ..layers.mlp import FcAct, Mlp
 from ..layers.pk import PKMixing
-from ..layers.token_mixing import TiedTokens, TokenMixingFactory, token_mixing_from_options
-from .features import check_where, select_indices
+from ..layers.token_mixing import TiedTokens, TokenMixingFactory
+from .features import check_where, point_format, select_indices
+from .inputs import check_image
 from .info import ModelInfo
-from .timm_api import TimmModel
+from .timm_api import TimmModel, record_arguments
 
 if TYPE_CHECKING:
     from ..theory.effective import EffectiveMLP
+
+torch.fx.wrap("check_image")  # one node of an FX graph
 
 BLOCK_KINDS = {"mlp": Mlp, "fc": FcAct}
 RP = ("random", "random")
@@ -187,68 +190,6 @@ def _token_schedule(num_tokens: int | Pyramid | None, depth: int, grid: int) -> 
     return (check_positive_int("num_tokens", num_tokens),) * depth, True
 
 
-# ---- the plain spelling of the injected arguments (create_model, configs, checkpoints) -----------------------
-PLAIN_OPTIONS = ("untied_tokens", "channel_groups", "group_views", "token_schedule")
-_MIXING_OPTIONS = PLAIN_OPTIONS[:3]
-
-
-def from_plain_options(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Mixer arguments from ``create_model``'s: the plain options (:data:`PLAIN_OPTIONS`, the keywords of
-    Mixer's earlier signature, which checkpoints and configs record) update ``token_mixing`` and ``num_tokens``.
-
-    ``untied_tokens``, ``channel_groups``, ``group_views`` replace those options of the given (or default)
-    factory, so ``channel_groups=2`` on ``mixer_views_t4_28`` keeps its views. ``token_schedule=[S_1, …]``
-    becomes ``num_tokens=Pyramid(S_1, …)``; with an integer ``num_tokens`` it must start at that S and keeps
-    block 0's App. A.2.4 skip (``project_first``); ``token_schedule=None`` drops a Pyramid.
-    """
-    out = dict(kwargs)
-    plain = {k: out.pop(k) for k in PLAIN_OPTIONS if k in out}
-    if any(k in plain for k in _MIXING_OPTIONS):
-        mixing = out.get("token_mixing", TiedTokens())
-        if not isinstance(mixing, TokenMixingFactory):
-            raise ConfigError(f"token_mixing must be a token-mixing factory (pkmixer.layers.token_mixing), "
-                              f"got {mixing!r}")
-        options = {**mixing.options(), **{k: plain[k] for k in _MIXING_OPTIONS if k in plain}}
-        out["token_mixing"] = token_mixing_from_options(**options)
-    if "token_schedule" in plain:
-        schedule, num_tokens = plain["token_schedule"], out.get("num_tokens")
-        if schedule is None:
-            if isinstance(num_tokens, Pyramid):
-                out["num_tokens"] = None
-            return out
-        depth = out.get("depth", 8)
-        entries = list(schedule) if isinstance(schedule, Sequence) and not isinstance(schedule, str) else []
-        project_first = num_tokens is not None and not isinstance(num_tokens, Pyramid)
-        try:  # Pyramid checks the entries; the message names the plain option the user wrote
-            if len(entries) != depth:
-                raise ConfigError("")
-            pyramid = Pyramid(*entries, project_first=project_first)
-        except ConfigError:
-            raise ConfigError(f"token_schedule must list depth={depth} non-increasing positive integers, the "
-                              f"tokens after each block's token mixing, got {schedule!r}") from None
-        if project_first and entries[0] != num_tokens:
-            raise ConfigError(f"token_schedule starts at {entries[0]} tokens but num_tokens is {num_tokens}: "
-                              "the first entry is the first block's S")
-        out["num_tokens"] = pyramid
-    return out
-
-
-def to_plain_options(overrides: dict[str, Any]) -> dict[str, Any]:
-    """The inverse of :func:`from_plain_options` on ``create_model`` overrides, so that ``model.spec`` and the
-    checkpoints that record it hold plain values: a factory as its :meth:`~TokenMixingFactory.options`, a
-    Pyramid as ``token_schedule`` (and ``num_tokens``, its first S where ``project_first``, else None)."""
-    out = dict(overrides)
-    mixing = out.get("token_mixing")
-    if isinstance(mixing, TokenMixingFactory):
-        del out["token_mixing"]
-        out.update(mixing.options())
-    num_tokens = out.get("num_tokens")
-    if isinstance(num_tokens, Pyramid):
-        out["num_tokens"] = num_tokens.tokens[0] if num_tokens.project_first else None
-        out["token_schedule"] = num_tokens.tokens
-    return out
-
-
 def _ratio_pair(mlp_ratio: float | Sequence[float]) -> tuple[float, float]:
     pair = (mlp_ratio, mlp_ratio) if isinstance(mlp_ratio, (int, float)) else tuple(mlp_ratio)
     if len(pair) != 2:
@@ -260,11 +201,7 @@ class Mixer(TimmModel, nn.Module):
     """MLP-Mixer (``block="mlp"``) or S-Mixer (``block="fc"``), normal or RP; see the module docstring."""
 
     global_pool = "avg"  # timm's name of the head's pooling: the mean over tokens
-    # the plain spelling that create_model accepts besides the arguments (and records in model.spec, so in
-    # checkpoints): the keywords of the earlier signature, translated into token_mixing / num_tokens
-    PLAIN_OPTIONS = PLAIN_OPTIONS
-    from_plain_options = staticmethod(from_plain_options)
-    to_plain_options = staticmethod(to_plain_options)
+    CLASS_PAPERS = ("tolstikhin", "hayase")  # a Mixer built from its class: Listing 1, and the S-Mixer and RP forms
 
     @property
     def num_features(self) -> int:
@@ -359,9 +296,8 @@ class Mixer(TimmModel, nn.Module):
 
         self.stem = nn.Conv2d(in_chans, C, patch_size, stride=patch_size)  # per-patch FC (S.1)
         self.token_tiles = token_tiles
-        if token_tiles > 1:  # derived from the shapes, so not state
-            self.register_buffer("token_order", tiled_token_order(img_size // patch_size, token_tiles),
-                                 persistent=False)
+        order = tiled_token_order(img_size // patch_size, token_tiles) if token_tiles > 1 else None
+        self.register_buffer("token_order", order, persistent=False)  # derived from the shapes, so not state
         blocks = []
         for i, (s_in, S) in enumerate(zip((S0, *self.token_schedule), self.token_schedule)):
             perms = RP if i in self.rp_blocks else None
@@ -377,6 +313,7 @@ class Mixer(TimmModel, nn.Module):
         self.norm = nn.LayerNorm(C, eps=norm_eps)  # pre_head_layer_norm
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(C, num_classes)
+        self.grad_checkpointing = False  # timm's set_grad_checkpointing: recompute each block in the backward
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -400,33 +337,21 @@ class Mixer(TimmModel, nn.Module):
         pyramid = ("token_schedule",) if len(set(self.token_schedule)) > 1 else ()
         return (*self.token_mixing.ablations, *pyramid)
 
-    # the plain spelling of the token mixing (create_model's options; read-only)
-    @property
-    def untied_tokens(self) -> bool:
-        return self.token_mixing.options()["untied_tokens"]
-
-    @property
-    def channel_groups(self) -> int:
-        return self.token_mixing.options()["channel_groups"]
-
-    @property
-    def group_views(self) -> bool:
-        return self.token_mixing.options()["group_views"]
-
     # ---- forward -------------------------------------------------------------------------------------
     def forward_stem(self, x: torch.Tensor) -> torch.Tensor:
-        if x.ndim != 4 or tuple(x.shape[1:]) != (self.in_chans, self.img_size, self.img_size):
-            raise ValueError(f"expected input of shape (B, {self.in_chans}, {self.img_size}, {self.img_size}), "
-                             f"got {tuple(x.shape)}")
+        check_image(x, self.in_chans, self.img_size)
         # (B, C, H/P, W/P) -> (B, S0, C), raster order; made contiguous once here, else every residual sum
         # inherits the transposed layout and each LayerNorm copies its input and gradient (docs/performance.md)
         x = self.stem(x).flatten(2).transpose(1, 2).contiguous()
-        return x if self.token_tiles == 1 else x.index_select(1, self.token_order)  # K² contiguous parts
+        return x if self.token_order is None else x.index_select(1, self.token_order)  # K² contiguous parts
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         x = self.forward_stem(x)  # (B, S0, C)
         for blk in self.blocks:
-            x = blk(x)  # (B, S, C)
+            if self.grad_checkpointing and not torch.jit.is_scripting():
+                x = checkpoint(blk, x, use_reentrant=False)
+            else:
+                x = blk(x)  # (B, S, C)
         return self.norm(x)
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
@@ -436,39 +361,99 @@ class Mixer(TimmModel, nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, in_chans, H, W) -> (B, num_classes)
         return self.forward_head(self.forward_features(x))
 
-    # ---- intermediate features -----------------------------------------------------------------------
-    def feature_names(self, where: str = "block") -> list[str]:
-        if check_where(where) == "block":
-            return [f"blocks.{i}" for i in range(self.depth)]
-        return [f"blocks.{i}.{part}" for i in range(self.depth) for part in ("token", "channel")]
+    # ---- intermediate features (timm's forward_intermediates, features_only) ---------------------------------
+    OUTPUT_FORMATS = ("NLC", "NCHW")  # (B, S, C) as the model holds it; (B, C, H, W) on the patch grid
 
-    def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] | None = None, *,
-                              where: str = "block", norm: bool = False, intermediates_only: bool = False
+    def feature_names(self, where: str = "block") -> list[str]:
+        n = len(self.blocks)
+        if check_where(where) == "block":
+            return [f"blocks.{i}" for i in range(n)]
+        return [f"blocks.{i}.{part}" for i in range(n) for part in ("token", "channel")]
+
+    def on_patch_grid(self, block: int) -> bool:
+        """Whether the tokens after ``blocks[block]`` are the patches in raster order (an NCHW map)."""
+        return self.token_schedule[block] == self.grid_tokens and self.token_order is None
+
+    def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] | None = None,
+                              norm: bool = False, stop_early: bool = False, output_fmt: str = "NLC",
+                              intermediates_only: bool = False, *, where: str = "block"
                               ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
         """Features at the chosen points (see :mod:`pkmixer.models.features`), each (B, S, C) with S the
-        block's output tokens (it varies in a pyramid; a token branch has them too).
+        block's output tokens (it varies in a pyramid; a token branch has them too), or (B, C, H, W) with
+        ``output_fmt="NCHW"`` where the tokens are the patch grid.
 
-        Returns ``(final normalised features, intermediates)``, or the list alone with
-        ``intermediates_only`` (then the forward stops after the last requested point).
+        Returns ``(final normalised features, intermediates)``, or the list alone with ``intermediates_only``.
+        The forward stops after the last requested point with ``intermediates_only`` or ``stop_early`` (then
+        the final features are those of the last block run, as timm's).
         """
-        take = set(select_indices(len(self.feature_names(where)), indices))
+        points = self.feature_names(where)
+        take = set(select_indices(len(points), indices))
+        fmt = point_format(output_fmt, self.OUTPUT_FORMATS)
         last = max(take)
         out, k = [], 0
         x = self.forward_stem(x)
-        for blk in self.blocks:
+        for i, blk in enumerate(self.blocks):
             for sub in (blk.token, blk.channel):
-                x, branch = sub.forward_branch(x)
+                x, branch = checkpoint(sub.forward_branch, x, use_reentrant=False) if self.grad_checkpointing \
+                    else sub.forward_branch(x)
                 if where == "mixing":
                     if k in take:
-                        out.append(branch)
+                        out.append(self._as_format(branch, fmt, i))
                     k += 1
             if where == "block":
                 if k in take:
-                    out.append(self.norm(x) if norm else x)
+                    out.append(self._as_format(self.norm(x) if norm else x, fmt, i))
                 k += 1
-            if intermediates_only and k > last:
-                return out
+            if (intermediates_only or stop_early) and k > last:
+                break
         return out if intermediates_only else (self.norm(x), out)
+
+    def _as_format(self, t: torch.Tensor, fmt: str, block: int) -> torch.Tensor:
+        if fmt == "NLC":
+            return t
+        if not self.on_patch_grid(block):
+            raise ConfigError(f"block {block}'s tokens are not the patch grid in raster order (num_tokens, a pyramid "
+                              "or token_tiles): its features have no NCHW layout; use output_fmt='NLC'")
+        grid = self.img_size // self.patch_size
+        return t.transpose(1, 2).reshape(t.shape[0], t.shape[2], grid, grid)  # (B, C, H/P, W/P)
+
+    @property
+    def feature_info(self) -> list[dict[str, Any]]:
+        """timm's description of the feature points (``where="block"``): C channels each; the reduction is the
+        patch size where the block's tokens are the patch grid, else the image size (no spatial layout)."""
+        return [dict(module=f"blocks.{i}", num_chs=self.embed_dim,
+                     reduction=self.patch_size if self.on_patch_grid(i) else self.img_size)
+                for i in range(len(self.blocks))]
+
+    def default_output_fmt(self) -> str:
+        """The layout ``features_only`` returns: NCHW where every block's tokens are the patch grid, else NLC."""
+        return "NCHW" if all(self.on_patch_grid(i) for i in range(len(self.blocks))) else "NLC"
+
+    def prune_intermediate_layers(self, indices: int | Sequence[int] = 1, prune_norm: bool = False,
+                                  prune_head: bool = True) -> list[int]:
+        """Drop the blocks after the last feature point ``indices`` needs (timm's convention), optionally the
+        final norm and the head; returns the kept indices. ``model.spec`` records the new depth."""
+        take = select_indices(len(self.blocks), indices)
+        depth = max(take) + 1
+        self.blocks = self.blocks[:depth]
+        self.depth, self.token_schedule = depth, self.token_schedule[:depth]
+        self.rp_blocks = frozenset(i for i in self.rp_blocks if i < depth)
+        recorded = getattr(getattr(self, "spec", None), "arguments", {})
+        changes: dict[str, Any] = {"depth": depth}
+        if recorded.get("token_schedule") is not None:  # a pyramid, in its plain spelling
+            changes["token_schedule"] = tuple(recorded["token_schedule"])[:depth]
+        if not isinstance(recorded.get("rp_blocks"), (str, type(None))):  # a list of block indices
+            changes["rp_blocks"] = sorted(self.rp_blocks)
+        record_arguments(self, **changes)
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.reset_classifier(0)
+        return take
+
+    def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
+        """timm's parameter groups (layer-wise lr decay): the stem, each block, the final norm."""
+        return dict(stem=r"^stem", blocks=[(r"^blocks\.(\d+)", None), (r"^norm", (99999,))])
 
     # ---- the model contract (pkmixer.models.contract) ------------------------------------------------------
     def rows_per_image(self) -> dict[nn.Module, int]:
@@ -536,7 +521,7 @@ class Mixer(TimmModel, nn.Module):
             family="MLP-Mixer" if self.block_kind == "mlp" else "S-Mixer",
             params=sum(p.numel() for p in self.parameters()),
             num_tokens=S, embed_dim=C,
-            gamma_token=None if self.token_hidden is None else self.token_hidden / (S * self.channel_groups),
+            gamma_token=None if self.token_hidden is None else self.token_hidden / (S * self.token_mixing.groups),
             gamma_channel=None if self.channel_hidden is None else self.channel_hidden / C,
             depth=self.depth, mixing_layers=len(layers), connections=nnz / len(layers), effective_width=S * C,
             max_width=max(n * o for n, _, o in layers),

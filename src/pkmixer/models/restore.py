@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import nn
 
-from ..checkpoint import fill_checkpoint_defaults, read_checkpoint
+from ..checkpoint import fill_checkpoint_defaults, read_checkpoint, read_weights
 from ..errors import ConfigError
 from .registry import create_model, model_entry
 
@@ -34,15 +34,27 @@ def rebuild_options(name: Any, overrides: dict[str, Any], arguments: Any = None)
 
 def build_recorded(name: Any, overrides: dict[str, Any], arguments: Any = None, **changes: Any) -> nn.Module:
     """The model a checkpoint records (:func:`rebuild_options`), with ``changes`` on top; its spec records the
-    file's overrides and the changes, as if it had been built with them."""
+    file's name (an earlier name too, without the warning ``create_model`` gives for it), overrides and the
+    changes, as if it had been built with them."""
     build, recorded = rebuild_options(name, overrides, arguments)
-    model = create_model(name, **{**build, **changes})
-    model.spec = replace(model.spec, overrides={**recorded, **changes})
+    try:
+        canonical = model_entry(name).canonical
+    except Exception:  # not a registered name: left for create_model to refuse
+        canonical = name
+    model = create_model(canonical, **{**build, **changes})
+    model.spec = replace(model.spec, name=name, overrides={**recorded, **changes})
     return model
 
 
 def load_model(path: str | os.PathLike) -> nn.Module:
-    """Rebuild the model of a checkpoint and load its weights, permutations and masks."""
+    """Rebuild the model of a checkpoint (a ``.pt`` file) or of a weights file (``.safetensors``,
+    :func:`pkmixer.checkpoint.save_weights`) and load its weights, permutations and masks."""
+    if str(path).endswith(".safetensors"):
+        payload = read_weights(path)
+        if payload["format"] is None:
+            raise ConfigError(f"{path} holds weights but no pkmixer model description (import it with "
+                              "pkmixer.models.convert.import_checkpoint)")
+        return model_from_checkpoint(payload, path)
     return model_from_checkpoint(read_checkpoint(path), path)
 
 

@@ -10,15 +10,21 @@ The class follows the model contract (:mod:`pkmixer.models.contract`): its effec
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ..errors import ConfigError, check_positive_int
 from ..layers.structured import KroneckerLinear, MonarchLinear
-from .features import check_where, select_indices
+from .features import check_where, point_format, select_indices
 from .info import ModelInfo
+from .inputs import check_image
+from .swmlp import flat_format
 from .timm_api import TimmModel
+
+torch.fx.wrap("check_image")  # one node of an FX graph
 
 WEIGHT_KINDS = ("dense", "kronecker", "monarch")
 
@@ -27,7 +33,7 @@ class ShallowMLP(TimmModel, nn.Module):
     """x -> B_c B₂ ReLU(B₁ x) (Sec. 3.3); see the module docstring."""
 
     zero_head = False  # timm's reset_classifier: B_c has PyTorch's Linear initialisation, as here
-    first_conv = None  # no convolution: the image is flattened
+    first_conv = "fc1"  # no convolution: B₁ reads the flattened image
 
     @property
     def num_features(self) -> int:
@@ -57,12 +63,18 @@ class ShallowMLP(TimmModel, nn.Module):
 
         self.fc1, self.act, self.fc2 = make(), nn.ReLU(), make()
         self.head = nn.Linear(n, num_classes)
+        self.grad_checkpointing = False  # timm's set_grad_checkpointing: recompute B₁, B₂ in the backward
+
+    def _first(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.fc1(x))
 
     def _hidden(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if x.ndim != 4 or tuple(x.shape[1:]) != (self.in_chans, self.img_size, self.img_size):
-            raise ValueError(f"expected input of shape (B, {self.in_chans}, {self.img_size}, {self.img_size}), "
-                             f"got {tuple(x.shape)}")
-        h1 = self.act(self.fc1(x.flatten(1)))  # (B, n)
+        check_image(x, self.in_chans, self.img_size)
+        x = x.flatten(1)  # (B, n)
+        if self.grad_checkpointing and not torch.jit.is_scripting():
+            h1 = checkpoint(self._first, x, use_reentrant=False)
+            return h1, checkpoint(self.fc2, h1, use_reentrant=False)
+        h1 = self._first(x)  # (B, n)
         return h1, self.fc2(h1)  # (B, n)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
@@ -74,18 +86,46 @@ class ShallowMLP(TimmModel, nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.forward_features(x))
 
+    # ---- intermediate features (timm's forward_intermediates, features_only) ---------------------------------
+    OUTPUT_FORMATS = ("NC", "NLC", "NCHW")  # (B, n); or as timm's layouts, (B, 1, n) and (B, n, 1, 1)
+
     def feature_names(self, where: str = "block") -> list[str]:
         check_where(where)
         return ["fc1", "fc2"]
 
-    def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] | None = None, *,
-                              where: str = "block", norm: bool = False, intermediates_only: bool = False
+    def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] | None = None,
+                              norm: bool = False, stop_early: bool = False, output_fmt: str = "NC",
+                              intermediates_only: bool = False, *, where: str = "block"
                               ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
-        """ReLU(B₁x) and B₂ReLU(B₁x), each (B, n); there are no skips, so both ``where`` agree."""
+        """ReLU(B₁x) and B₂ReLU(B₁x), each (B, n) (or timm's layouts, as the SW-MLP's); there are no skips, so
+        both ``where`` agree, and no norm."""
         take = select_indices(2, indices)
+        fmt = point_format(output_fmt, self.OUTPUT_FORMATS)
         h1, h2 = self._hidden(x)
-        out = [(h1, h2)[i] for i in take]
+        out = [flat_format((h1, h2)[i], fmt) for i in take]
         return out if intermediates_only else (h2, out)
+
+    @property
+    def feature_info(self) -> list[dict[str, Any]]:
+        """timm's description of the feature points: n channels each, reduced from the whole image."""
+        return [dict(module=name, num_chs=self.width, reduction=self.img_size) for name in ("fc1", "fc2")]
+
+    def default_output_fmt(self) -> str:
+        """The layout ``features_only`` returns: timm's NCHW, (B, n, 1, 1)."""
+        return "NCHW"
+
+    def prune_intermediate_layers(self, indices: int | Sequence[int] = 1, prune_norm: bool = False,
+                                  prune_head: bool = True) -> list[int]:
+        """timm's convention; both layers stay (B₂ is needed for the features after it, and costs n² at most
+        otherwise): only the head goes. Returns the kept indices."""
+        take = select_indices(2, indices)
+        if prune_head:
+            self.reset_classifier(0)
+        return take
+
+    def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
+        """timm's parameter groups (layer-wise lr decay): B₁, then B₂."""
+        return dict(stem=r"^fc1", blocks=[(r"^fc2", None)])
 
     # ---- the model contract (pkmixer.models.contract) ------------------------------------------------------
     def rows_per_image(self) -> dict[nn.Module, int]:

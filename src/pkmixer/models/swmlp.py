@@ -19,17 +19,22 @@ masked weights M ⊙ W as explicit sparse matrices.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from timm.layers import DropPath, lecun_normal_
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ..errors import ConfigError, check_density, check_positive, check_positive_int, check_rate
 from ..layers.sparse import SPARSE_LAYERS, MaskedLinear
-from .features import check_where, select_indices
+from .features import check_where, point_format, select_indices
 from .info import ModelInfo
-from .timm_api import TimmModel
+from .inputs import check_image
 from .mixer import ACTIVATIONS
+from .timm_api import TimmModel, record_arguments
+
+torch.fx.wrap("check_image")  # one node of an FX graph
 
 
 class SparseBlock(nn.Module):
@@ -138,18 +143,36 @@ class SWMLP(TimmModel, nn.Module):
         nn.init.zeros_(self.stem.bias)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
+        self.grad_checkpointing = False  # timm's set_grad_checkpointing: recompute each block in the backward
+
+    @staticmethod
+    def build_bytes(kw: dict[str, Any], meta: bool) -> int:
+        """Bytes the sparse layers of an SW-MLP with constructor arguments ``kw`` hold, before it is built (the
+        build budget, :mod:`pkmixer.models.budget`): per kept weight two int64 coordinates (kept on the CPU even
+        on the meta device), two int32 entries of the transposed CSR pattern and a float32 value; the "masked"
+        format also holds the dense mask and weight."""
+        grid = (int(kw.get("img_size", 32)) // int(kw.get("patch_size", 4))) ** 2
+        d0 = grid * int(kw.get("embed_dim", 64))
+        m = d0 if kw.get("width") is None else int(kw["width"])
+        p, depth = float(kw.get("density", 1.0)), int(kw.get("depth", 8))
+        dims = [m, m] if kw.get("block", "fc") == "fc" else [m, max(1, int(float(kw.get("mlp_ratio", 1.0)) * m)), m]
+        dense = depth * sum(a * b for a, b in zip(dims[:-1], dims[1:])) + (d0 * m if m != d0 else 0)
+        if kw.get("weight_format", "sparse") == "masked":
+            return int(dense * (1 if meta else 5) + 16 * p * dense)
+        return int(p * dense * (24 if meta else 28))
 
     def forward_stem(self, x: torch.Tensor) -> torch.Tensor:
-        if x.ndim != 4 or tuple(x.shape[1:]) != (self.in_chans, self.img_size, self.img_size):
-            raise ValueError(f"expected input of shape (B, {self.in_chans}, {self.img_size}, {self.img_size}), "
-                             f"got {tuple(x.shape)}")
+        check_image(x, self.in_chans, self.img_size)
         x = self.stem(x).flatten(2).transpose(1, 2).flatten(1)  # (B, S0, C) -> (B, S0*C), row-major
         return x if self.input_layer is None else self.input_layer(x)  # (B, m)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         x = self.forward_stem(x)
         for blk in self.blocks:
-            x = blk(x)  # (B, m)
+            if self.grad_checkpointing and not torch.jit.is_scripting():
+                x = checkpoint(blk, x, use_reentrant=False)
+            else:
+                x = blk(x)  # (B, m)
         return self.norm(x)
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
@@ -159,24 +182,60 @@ class SWMLP(TimmModel, nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))
 
+    # ---- intermediate features (timm's forward_intermediates, features_only) ---------------------------------
+    OUTPUT_FORMATS = ("NC", "NLC", "NCHW")  # (B, m); or as timm's layouts, (B, 1, m) and (B, m, 1, 1)
+
     def feature_names(self, where: str = "block") -> list[str]:
         check_where(where)
-        return [f"blocks.{i}" for i in range(self.depth)]
+        return [f"blocks.{i}" for i in range(len(self.blocks))]
 
-    def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] | None = None, *,
-                              where: str = "block", norm: bool = False, intermediates_only: bool = False
+    def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] | None = None,
+                              norm: bool = False, stop_early: bool = False, output_fmt: str = "NC",
+                              intermediates_only: bool = False, *, where: str = "block"
                               ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
-        """Block outputs (``where="block"``) or branch outputs before the skip (``"mixing"``), each (B, m)."""
+        """Block outputs (``where="block"``) or branch outputs before the skip (``"mixing"``), each (B, m), or in
+        timm's layouts ``"NLC"`` (B, 1, m) and ``"NCHW"`` (B, m, 1, 1): the width has no spatial layout.
+        The forward stops after the last requested point with ``intermediates_only`` or ``stop_early``."""
         take = set(select_indices(len(self.feature_names(where)), indices))
+        fmt = point_format(output_fmt, self.OUTPUT_FORMATS)
         out = []
         x = self.forward_stem(x)
         for i, blk in enumerate(self.blocks):
-            x, branch = blk.forward_branch(x)
+            x, branch = checkpoint(blk.forward_branch, x, use_reentrant=False) if self.grad_checkpointing \
+                else blk.forward_branch(x)
             if i in take:
-                out.append(branch if where == "mixing" else (self.norm(x) if norm else x))
-            if intermediates_only and i >= max(take):
-                return out
+                out.append(flat_format(branch if where == "mixing" else (self.norm(x) if norm else x), fmt))
+            if (intermediates_only or stop_early) and i >= max(take):
+                break
         return out if intermediates_only else (self.norm(x), out)
+
+    @property
+    def feature_info(self) -> list[dict[str, Any]]:
+        """timm's description of the feature points: m channels each, reduced from the whole image."""
+        return [dict(module=f"blocks.{i}", num_chs=self.width, reduction=self.img_size)
+                for i in range(len(self.blocks))]
+
+    def default_output_fmt(self) -> str:
+        """The layout ``features_only`` returns: timm's NCHW, (B, m, 1, 1)."""
+        return "NCHW"
+
+    def prune_intermediate_layers(self, indices: int | Sequence[int] = 1, prune_norm: bool = False,
+                                  prune_head: bool = True) -> list[int]:
+        """Drop the blocks after the last feature point ``indices`` needs (timm's convention), optionally the
+        final norm and the head; returns the kept indices. ``model.spec`` records the new depth."""
+        take = select_indices(len(self.blocks), indices)
+        self.depth = max(take) + 1
+        self.blocks = self.blocks[:self.depth]
+        record_arguments(self, depth=self.depth)
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.reset_classifier(0)
+        return take
+
+    def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
+        """timm's parameter groups (layer-wise lr decay): the stem (with the input layer), each block, the norm."""
+        return dict(stem=r"^stem|^input_layer", blocks=[(r"^blocks\.(\d+)", None), (r"^norm", (99999,))])
 
     def info(self) -> ModelInfo:
         layers = [lin for blk in self.blocks for lin in blk.linears]
@@ -227,3 +286,12 @@ class SWMLP(TimmModel, nn.Module):
         first = [] if self.input_layer is None else [self.input_layer]
         return first + [lin for blk in self.blocks for lin in blk.linears]
 
+
+
+def flat_format(t: torch.Tensor, fmt: str) -> torch.Tensor:
+    """A (B, n) feature as ``fmt``: itself ("NC"), (B, 1, n) ("NLC") or (B, n, 1, 1) ("NCHW")."""
+    if fmt == "NLC":
+        return t.unsqueeze(1)
+    if fmt == "NCHW":
+        return t.unsqueeze(-1).unsqueeze(-1)
+    return t

@@ -10,8 +10,12 @@ ImageNet evaluation (bicubic, crop_pct 0.875, as ``pkmixer.data.transforms`` doe
 images are used as stored (bilinear, crop_pct 1). So ``timm.data.resolve_data_config(model=m)`` gives a
 1-channel 28 px model (1, 28, 28) and its data set's mean and std, not 3×224 ImageNet.
 
-Assigning ``model.pretrained_cfg = {...}`` (as timm's builders do) overlays those keys on the computed ones.
-No pkmixer model has weights to download, so the cfg names no url or hub id.
+Assigning ``model.pretrained_cfg = {...}`` (as timm's builders do) overlays those keys on the computed ones; the
+registry overlays each entry's name, description and papers (:data:`PAPERS`), weights loaded from the hub or a
+folder their own cfg. A model built from its class gets the papers of :data:`CLASS_PAPERS`.
+
+The mixin also gives every model timm's ``set_grad_checkpointing``; each family adds ``feature_info``,
+``forward_intermediates`` (with timm's arguments), ``prune_intermediate_layers`` and ``group_matcher``.
 """
 from __future__ import annotations
 
@@ -58,15 +62,39 @@ def data_cfg(data_set: str, in_chans: int, img_size: int) -> dict[str, Any]:
             "crop_mode": "center", "mean": _per_channel(info.mean, in_chans), "std": _per_channel(info.std, in_chans)}
 
 
+# the papers a configuration comes from, as timm's pretrained cfg names them: (paper_name, paper_ids, origin_url)
+PAPERS = {
+    "tolstikhin": ("MLP-Mixer: An all-MLP Architecture for Vision", "arXiv:2105.01601",
+                   "https://github.com/google-research/vision_transformer"),
+    "hayase": ("Understanding MLP-Mixer as a Wide and Sparse MLP", "https://proceedings.mlr.press/v235/hayase24a.html",
+               "https://proceedings.mlr.press/v235/hayase24a.html"),
+}
+LICENSE = "apache-2.0"  # pkmixer's (Google's Mixer weights are Apache-2.0 too)
+
+
+def paper_fields(*papers: str) -> dict[str, Any]:
+    """timm's ``paper_name``, ``paper_ids`` and ``origin_url`` for the papers by key of :data:`PAPERS`."""
+    found = [PAPERS[p] for p in papers]
+    return {"paper_name": ", ".join(f[0] for f in found) or None, "paper_ids": ", ".join(f[1] for f in found) or None,
+            "origin_url": found[0][2] if found else None}
+
+
 def timm_cfg(architecture: str, description: str | None, data_set: str, in_chans: int, img_size: int,
-             num_classes: int, first_conv: str) -> dict[str, Any]:
-    """timm's pretrained cfg of a pkmixer model (no weights: url and hub id empty): the registry's, at a model's
-    defaults, and a built model's, from its own sizes."""
+             num_classes: int, first_conv: str | None, papers: tuple[str, ...] = ()) -> dict[str, Any]:
+    """timm's pretrained cfg of a pkmixer model without weights (url and hub id empty): the registry's, at a
+    model's defaults, and a built model's, from its own sizes."""
     return {"url": "", "hf_hub_id": None, "architecture": architecture, "tag": None,
             **data_cfg(data_set, in_chans, img_size),
-            "num_classes": num_classes, "first_conv": first_conv, "classifier": "head", "license": None,
-            "description": description, "origin_url": None, "paper_name": None, "paper_ids": None,
-            "notes": (f"normalisation of {data_set}",)}
+            "num_classes": num_classes, "first_conv": first_conv, "classifier": "head", "license": LICENSE,
+            "description": description, **paper_fields(*papers), "notes": (f"normalisation of {data_set}",)}
+
+
+def record_arguments(model: nn.Module, **changes: Any) -> None:
+    """Record in ``model.spec`` (if it has one) a change made after building (a new head, pruned blocks), so that
+    a checkpoint saved afterwards rebuilds the model as it is now."""
+    spec = getattr(model, "spec", None)
+    if spec is not None:
+        model.spec = replace(spec, overrides={**spec.overrides, **changes}, arguments={**spec.arguments, **changes})
 
 
 class TimmModel:
@@ -75,7 +103,24 @@ class TimmModel:
 
     global_pool: str = ""  # timm's name of the pooling before the head: "" none, "avg" mean over tokens
     zero_head: bool = True  # a new head starts at zero (Listing 1); False: PyTorch's Linear initialisation
-    first_conv: str | None = "stem"  # timm's name of the first convolution (None: the model has none)
+    first_conv: str = "stem"  # timm's name of the module whose weight reads the image (in_chans adaptation)
+    CLASS_PAPERS: tuple[str, ...] = ("hayase",)  # the papers of a model built from its class (keys of PAPERS)
+    # properties TorchScript leaves alone (they run Python that a scripted forward never needs)
+    __jit_unused_properties__ = ["pretrained_cfg", "default_cfg", "data_set", "head_hidden_size", "num_features",
+                                 "feature_info", "token_ablations"]
+
+    def no_weight_decay(self) -> set[str]:
+        """timm's convention: the parameters weight decay leaves alone, every one that its layer does not declare
+        a weight (:mod:`pkmixer.layers.decay`). timm's optimiser factory then decays what pkmixer decays, whatever
+        the rank: not the (n, out) bias of untied token MLPs, with layer-wise lr decay too."""
+        from ..layers.decay import weights_by_role
+
+        return {name for name, _ in self.named_parameters()} - weights_by_role(self)
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """timm's convention: recompute each block in the backward instead of keeping its activations (the same
+        values, less memory)."""
+        self.grad_checkpointing = bool(enable)
 
     @property
     def head_hidden_size(self) -> int:
@@ -94,14 +139,8 @@ class TimmModel:
         self.__dict__["_data_set"] = name
 
     def _computed_cfg(self) -> dict[str, Any]:
-        spec = getattr(self, "spec", None)
-        arch, description = type(self).__name__.lower(), None
-        if spec is not None:
-            from .registry import model_entry  # lazily: the registry imports the model classes
-            entry = model_entry(spec.name)
-            arch, description = f"pkmixer_{entry.canonical}", entry.description
-        return timm_cfg(arch, description, self.data_set, self.in_chans, self.img_size, self.num_classes,
-                        self.first_conv)
+        return timm_cfg(type(self).__name__.lower(), None, self.data_set, self.in_chans, self.img_size,
+                        self.num_classes, self.first_conv, self.CLASS_PAPERS)
 
     @property
     def pretrained_cfg(self) -> dict[str, Any]:
@@ -113,9 +152,12 @@ class TimmModel:
             self.__dict__.pop("_cfg_overlay", None)
             return
         cfg = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+        cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items()}  # JSON's lists: timm's tuples
         computed, missing = self._computed_cfg(), object()
-        # keep only what differs from the computed cfg, so that the model's own sizes stay live
-        self.__dict__["_cfg_overlay"] = {k: v for k, v in cfg.items() if computed.get(k, missing) != v}
+        # keep only what differs from the computed cfg, so that the model's own sizes stay live; on top of what
+        # was overlaid before (the registry's names and papers, say)
+        overlay = {**self.__dict__.get("_cfg_overlay", {}), **cfg}
+        self.__dict__["_cfg_overlay"] = {k: v for k, v in overlay.items() if computed.get(k, missing) != v}
 
     default_cfg = pretrained_cfg  # timm's older name, kept as an alias there too
 
@@ -143,7 +185,4 @@ class TimmModel:
             head = nn.Identity()
         self.head = head
         self.num_classes = num_classes
-        spec = getattr(self, "spec", None)
-        if spec is not None:  # a checkpoint rebuilds the model from its spec: record the new head there
-            self.spec = replace(spec, overrides={**spec.overrides, "num_classes": num_classes},
-                                arguments={**spec.arguments, "num_classes": num_classes})
+        record_arguments(self, num_classes=num_classes)  # a checkpoint rebuilds the model from its spec
