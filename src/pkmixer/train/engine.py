@@ -21,6 +21,7 @@ from timm.scheduler import CosineLRScheduler
 from torch import nn
 from tqdm import tqdm
 
+from ..checkpoint import fit_optimizer_state
 from ..errors import ConfigError
 from ..layers.decay import decayed_parameters
 from . import distributed as dist_
@@ -143,6 +144,7 @@ class StepEngine:
     def load_state_dict(self, state: dict[str, Any], where) -> None:
         """Restore ``state`` (the training feed was chosen for the checkpoint's pipeline when it was built)."""
         self.optimizer.load_state_dict(state["optimizer"])
+        fit_optimizer_state(self.optimizer)  # moments saved in a parameter's earlier shape
         self.scheduler.load_state_dict(state["scheduler"])
         if self.ema is not None:
             if "ema" not in state:
