@@ -58,7 +58,7 @@ def _register_with_timm() -> None:
     _registered = True
     if _HOOK in sys.meta_path:
         sys.meta_path.remove(_HOOK)
-    from .models.registry import register_with_timm
+    from .models.timm_registry import register_with_timm
 
     register_with_timm()
 

@@ -32,7 +32,7 @@ from typing import Any
 from torch import nn
 
 from ..errors import ConfigError, unknown_name
-from .budget import MAX_DEPTH, BuildBudget, available_memory  # noqa: F401 (imported from here by callers)
+from .budget import MAX_DEPTH, BuildBudget
 from .timm_api import paper_fields
 from .weights import find_weights, load_weights
 
@@ -283,11 +283,3 @@ def build(entry: ModelEntry, overrides: dict[str, Any]) -> nn.Module:
 
 # an override of the key replaces these defaults of an entry (e.g. γ instead of Table 1's hidden widths)
 _SUPERSEDES = {"mlp_ratio": ("token_hidden", "channel_hidden")}
-
-
-def register_with_timm() -> None:
-    """The zoo in timm's registry: :func:`pkmixer.models.timm_registry.register_with_timm` (called here for
-    ``pkmixer/__init__.py``, which imports it from this module)."""
-    from .timm_registry import register_with_timm as register
-
-    register()

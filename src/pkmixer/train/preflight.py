@@ -10,7 +10,8 @@ from typing import Any
 import torch
 
 from ..errors import ConfigError, check_input_file, check_output_path
-from ..models.registry import available_memory, create_model
+from ..models.budget import available_memory
+from ..models.registry import create_model
 from .config import DataConfig, ModelConfig, TrainConfig
 
 

@@ -44,7 +44,7 @@ from matplotlib.figure import Figure
 
 from ...analysis.cost import fixed_omega_comparison, fixed_omega_models, table_s3_counts
 from ...analysis.throughput import training_step_seconds
-from ...models.registry import available_memory
+from ...models.budget import available_memory
 from ...theory.width import mixer_omega, tokens_for_channels
 from ..preset import Analysis, Preset, register_preset
 from ..sweep import RunSpec
