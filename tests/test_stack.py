@@ -291,7 +291,7 @@ def test_refuses_mismatched_members():
         stack_models([a, b])
     with pytest.raises(ConfigError, match="differs from member 0"):
         stack_models([a, copy.deepcopy(a).double()])
-    with pytest.raises(ConfigError, match="Mixer and SWMLP"):
+    with pytest.raises(ConfigError, match="declare stacked_forward"):
         stack_models([torch.nn.Linear(2, 2)])
 
 
@@ -341,3 +341,101 @@ def test_benchmark_section_runs():
                               compile=False))["rows"]
     assert {r["members"] for r in rows} == {1, 2} and all(r["speedup"] > 0 for r in rows)
     assert all(r["vmap_speedup"] > 0 for r in rows)
+
+
+# ---- a family that is not pkmixer's stacks through the contract, with no edit under train/ -------------------
+
+
+class Scale(torch.nn.Module):
+    """A layer of the toy family with a stacked form of its own (its ``stacked`` classmethod)."""
+
+    decayed_parameters = ()  # a gain, as a norm's (pkmixer.layers.decay)
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.gain = torch.nn.Parameter(1 + 0.1 * torch.randn(width))
+
+    def forward(self, x):
+        return x * self.gain
+
+    @classmethod
+    def stacked(cls, members, path):
+        return StackedScale(torch.stack([m.gain.detach() for m in members]))
+
+
+class StackedScale(torch.nn.Module):
+    decayed_parameters = ()
+    def __init__(self, gain) -> None:  # (K, width), under the members' name
+        super().__init__()
+        self.gain = torch.nn.Parameter(gain)
+
+    def forward(self, x):  # (K, B, width)
+        return x * self.gain[:, None]
+
+
+class ToyBlock(torch.nn.Module):
+    STACKS_BY_CHILDREN = True  # its forward is generic in the leading axes
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.fc, self.scale, self.act = torch.nn.Linear(width, width), Scale(width), torch.nn.GELU()
+
+    def forward(self, x):
+        return x + self.act(self.scale(self.fc(x)))
+
+
+class ToyFamily(torch.nn.Module):
+    in_chans, img_size, num_classes = 1, 4, 3
+
+    def __init__(self, width: int = 6, depth: int = 2, block=ToyBlock) -> None:
+        super().__init__()
+        self.embed = torch.nn.Linear(16, width)
+        self.blocks = torch.nn.ModuleList([block(width) for _ in range(depth)])
+        self.head = torch.nn.Linear(width, self.num_classes)
+
+    def forward(self, x):  # (B, 1, 4, 4)
+        x = self.embed(x.flatten(1))
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(x)
+
+    @staticmethod
+    def stacked_forward(net, x):  # (K, B, 1, 4, 4)
+        x = net.embed(x.flatten(2))
+        for blk in net.blocks:
+            x = blk(x)
+        return net.head(x)
+
+
+class Opaque(torch.nn.Module):
+    decayed_parameters = ("w",)
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(width))
+
+    def forward(self, x):
+        return x * self.w
+
+
+def test_a_new_family_stacks_through_the_contract():
+    torch.manual_seed(0)
+    toys = [ToyFamily() for _ in range(3)]
+    x = torch.randn(3, 5, 1, 4, 4)
+    stacked = stack_models(toys)
+    torch.testing.assert_close(stacked(x), torch.stack([m(x[k]) for k, m in enumerate(toys)]))
+    for k, toy in enumerate(toys):
+        mine = toy.state_dict()
+        assert stacked.member_state_dict(k).keys() == mine.keys()
+        assert all(torch.equal(t, mine[n]) for n, t in stacked.member_state_dict(k).items())
+    data = TensorData(torch.randn(24, 1, 4, 4), torch.randint(0, 3, (24,)), torch.randn(8, 1, 4, 4),
+                      torch.randint(0, 3, (8,)))
+    optim = OptimConfig(name="adamw", lr=1e-2)
+    runs = train_stacked(stack_models(toys), [1, 2, 3], data, optim, epochs=2, batch_size=8)
+    for toy, seed, run in zip(copy.deepcopy(toys), [1, 2, 3], runs):
+        alone = train_one(toy, seed, data, optim, epochs=2, batch_size=8)
+        assert alone.train_loss == pytest.approx(run.train_loss, rel=1e-4)
+
+
+def test_a_layer_that_declares_no_stacked_form_is_named():
+    with pytest.raises(ConfigError, match=r"blocks\.0 is a Opaque, which declares no stacked form"):
+        stack_models([ToyFamily(block=Opaque) for _ in range(2)])

@@ -30,3 +30,23 @@ def test_the_count_sees_every_form_of_the_annotation():
                      "def c(*, cfgs: list[TrainConfig]): ...\ndef d(data: DataConfig, seed: int): ...\n"
                      "class E:\n    def f(self, cfg: 'TrainConfig'): ...\n")
     assert [node.name for node in taking_a_whole_config(tree)] == ["a", "b", "c", "f"]
+
+
+# what train/ may import from models/ and layers/: creation and restoring by name, the model contract's functions
+# (decay, stacking); never a model or layer class, so that a new family trains and stacks with no edit under train/
+TRAIN_MAY_IMPORT = {"available_memory", "create_model", "canonical_name", "model_entry", "import_checkpoint",
+                    "enlarged_options", "enlarged_state_dict", "model_from_checkpoint", "decayed_parameters",
+                    "ragged_tensors", "stack_modules"}
+
+
+def test_train_names_no_model_or_layer_class():
+    found = []
+    for path in sorted((SOURCE / "train").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level and (node.module or "").split(".")[0] in (
+                    "models", "layers"):
+                found += [f"{path.name}:{node.lineno} {a.name}" for a in node.names if a.name not in TRAIN_MAY_IMPORT]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("pkmixer.models",
+                                                                                      "pkmixer.layers")):
+                found += [f"{path.name}:{node.lineno} {a.name}" for a in node.names]
+    assert not found, "train/ imports from models/ or layers/ beyond the contract:\n" + "\n".join(found)

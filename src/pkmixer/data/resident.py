@@ -1,5 +1,5 @@
 """Device-resident data: a data set that fits in memory, decoded once into one tensor on the run's device, and
-the global batches of an epoch in :class:`pkmixer.train.distributed.GlobalBatchSampler`'s order (DESIGN §5).
+the global batches of an epoch in :class:`pkmixer.train.distributed.GlobalBatchSampler`'s order.
 
 :func:`load_resident` reads a split with :func:`pkmixer.data.build_dataset` (the same readers, the same
 ``val_fraction`` hold-out and ``subset``, the same examples in the same order) and stacks its images into

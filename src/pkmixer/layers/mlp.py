@@ -56,6 +56,8 @@ def left_linear(weight: torch.Tensor, bias: Optional[torch.Tensor], x: torch.Ten
 class Mlp(nn.Module):
     """x -> fc2(drop(act(fc1(x)))): hidden width ``hidden_features``."""
 
+    STACKS_BY_CHILDREN = True  # its forward is generic in the leading axes (pkmixer.layers.stacked)
+
     def __init__(self, in_features: int, hidden_features: int | None, out_features: int,
                  act_layer: Callable[[], nn.Module] = nn.GELU, drop: float = 0.0) -> None:
         super().__init__()
@@ -93,6 +95,8 @@ class Mlp(nn.Module):
 
 class FcAct(nn.Module):
     """x -> drop(act(fc(x))): the single-layer mixing of the S-Mixer (Eq. 5)."""
+
+    STACKS_BY_CHILDREN = True  # its forward is generic in the leading axes (pkmixer.layers.stacked)
 
     def __init__(self, in_features: int, hidden_features: int | None, out_features: int,
                  act_layer: Callable[[], nn.Module] = nn.GELU, drop: float = 0.0) -> None:

@@ -1,19 +1,42 @@
-"""Layers of K models with a leading member axis (:mod:`pkmixer.train.stack` builds models from them).
+"""Layers of K models with a leading member axis, and how K copies of a module stack
+(:func:`pkmixer.train.stack.stack_models` builds models from them).
 
-Each holds the K members' tensors of one layer stacked on a new first axis, under the layer's own names, and
-maps activations (K, ...) -> (K, ...), member k's slice through member k's tensors only: batched products
-(``bmm``/``baddbmm``), per-member gathers, one block-diagonal CSR product for CSR weights. Built from K layers of
-the same shape by ``from_members``.
+Each stacked layer holds the K members' tensors of one layer stacked on a new first axis, under the layer's own
+names, and maps activations (K, ...) -> (K, ...), member k's slice through member k's tensors only: batched
+products (``bmm``/``baddbmm``), per-member gathers, one block-diagonal CSR product for CSR weights. Built from K
+layers of the same shape by ``from_members``.
+
+How K copies of a module stack is declared by the module, as the rest of the model contract
+(:mod:`pkmixer.models.contract`) is: :func:`stack_modules` asks :func:`stacked_form`, which
+
+* uses the class's own ``stacked(members, path)`` classmethod where it has one (a layer with a stacked form of its
+  own, e.g. a token-projection skip);
+* stacks the children of a container whose class sets ``STACKS_BY_CHILDREN = True`` - its forward is generic in
+  the leading axes, so the same code runs with a member axis in front (the Mixer's blocks and sublayers, the
+  mixing MLPs);
+* for classes pkmixer does not own, or whose stacked form lives here, is registered below
+  (``stacked_form.register(Cls)``): ``nn.Linear``, ``nn.LayerNorm``, a per-patch ``nn.Conv2d``, the masked and CSR
+  sparse layers, :class:`~pkmixer.layers.pk.PKMixing`, stateless activations, and dropout or stochastic depth at
+  rate 0 (at a higher rate their randomness is not per member: refused);
+* refuses anything else, naming it.
+
+Members agree at every module: the same class and :func:`member_signature` (its ``extra_repr`` unless registered
+otherwise: a sparse layer's kept count differs per member, its density may not). A layer whose tensors' last axis
+differs per member names them in :func:`ragged_tensors`.
 """
 from __future__ import annotations
 
+import copy
+import functools
+
 import torch
 import torch.nn.functional as F
+from timm.layers import DropPath
 from torch import nn
 
 from ..errors import ConfigError
 from .pk import PKMixing
-from .sparse import CSR_DTYPES, CsrLinearFunction, CsrPattern, SparseLinear
+from .sparse import CSR_DTYPES, CsrLinearFunction, CsrPattern, MaskedLinear, SparseLinear
 
 
 def stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -80,9 +103,9 @@ class StackedSparseLinear(nn.Module):
     block k is member k's own mask and kept weights, so member k's outputs are its own product, exactly, and the
     weight gradient is sampled at the kept coordinates only (:class:`~pkmixer.layers.sparse.CsrLinearFunction`).
 
-    Members keep different numbers of weights (each mask its own draw, issue 15 item 2), so ``values`` is (K, 1, n)
-    (each member's (1, nnz) row) and ``indices`` (K, 2, n) for the largest count n: member k's first ``sizes[k]`` entries are its own, the rest
-    zero padding that no product reads. Its gradient is zero, so optimiser steps (decay included), clipping and a
+    Members keep different numbers of weights (each mask its own draw), so ``values`` is (K, 1, n) (each
+    member's (1, nnz) row) and ``indices`` (K, 2, n) for the largest count n: member k's first ``sizes[k]``
+    entries are its own, the rest zero padding that no product reads. Its gradient is zero, so optimiser steps (decay included), clipping and a
     Polyak average keep it zero; :meth:`~pkmixer.train.stack.StackedModel.member_state_dict` and the
     :class:`~pkmixer.train.stack.MemberOptimizer` cut it off (:attr:`padded`)."""
 
@@ -294,3 +317,101 @@ class StackedTokenSkip(nn.Module):
         K, B, _, C = x.shape
         y = self.proj.forward_columns(x.transpose(1, 2).reshape(K, x.shape[2], B * C))  # (K, S, B·C)
         return self.norm(y.view(K, -1, B, C).transpose(1, 2).contiguous())
+
+
+# ---- how K copies of a module stack ---------------------------------------------------------------------
+
+
+@functools.singledispatch
+def member_signature(module: nn.Module) -> str:
+    """What must agree between members for one module to stack (module docstring)."""
+    return module.extra_repr()
+
+
+@member_signature.register(MaskedLinear)
+@member_signature.register(SparseLinear)
+def _(module: nn.Module) -> str:
+    return f"in={module.in_features}, out={module.out_features}, p={module.density}"  # each mask its own draw
+
+
+@functools.singledispatch
+def ragged_tensors(module: nn.Module) -> tuple[str, ...]:
+    """The names of ``module``'s own tensors whose last axis may differ between members."""
+    return ()
+
+
+@ragged_tensors.register(SparseLinear)
+def _(module: SparseLinear) -> tuple[str, ...]:
+    return ("values", "indices")  # each member keeps its own number of weights
+
+
+def stack_modules(members: list[nn.Module], path: str = "") -> nn.Module:
+    """The stacked form of K members' modules at ``path`` (module docstring); ConfigError where the members
+    differ or the module declares none."""
+    first = members[0]
+    for k, module in enumerate(members[1:], 1):
+        if type(module) is not type(first) or member_signature(module) != member_signature(first):
+            raise ConfigError(f"member {k} differs from member 0 at {path or 'the top'}: "
+                              f"{type(module).__name__}({member_signature(module)}) against "
+                              f"{type(first).__name__}({member_signature(first)})")
+    return stacked_form(first, members, path)
+
+
+def stack_children(members: list[nn.Module], path: str) -> nn.Module:
+    """A container whose forward is generic in the leading axes, with each child stacked (a child that is None
+    stays None)."""
+    first = members[0]
+    if any(t is not None for t in (*first._parameters.values(), *first._buffers.values())):
+        raise ConfigError(f"{path or 'the model'} ({type(first).__name__}) holds tensors of its own; it cannot be "
+                          "stacked by its children")
+    out = copy.copy(first)
+    out._modules = {name: None if child is None else stack_modules([m._modules[name] for m in members],
+                                                                   f"{path}.{name}" if path else name)
+                    for name, child in first._modules.items()}
+    return out
+
+
+@functools.singledispatch
+def stacked_form(first: nn.Module, members: list[nn.Module], path: str) -> nn.Module:
+    """The stacked form of ``members`` (all of ``first``'s class, agreeing): see the module docstring."""
+    declared = getattr(type(first), "stacked", None)
+    if declared is not None:
+        return declared(members, path)
+    if getattr(type(first), "STACKS_BY_CHILDREN", False):
+        return stack_children(members, path)
+    raise ConfigError(f"{path or 'the model'} is a {type(first).__name__}, which declares no stacked form (the "
+                      "supp. A.1 untied or grouped token mixing, for one): see pkmixer.layers.stacked")
+
+
+stacked_form.register(nn.Linear, lambda first, members, path: StackedLinear.from_members(members))
+stacked_form.register(MaskedLinear, lambda first, members, path: StackedMaskedLinear.from_members(members))
+stacked_form.register(SparseLinear, lambda first, members, path: StackedSparseLinear.from_members(members))
+stacked_form.register(nn.LayerNorm, lambda first, members, path: StackedLayerNorm.from_members(members))
+stacked_form.register(nn.ModuleList, lambda first, members, path: stack_children(members, path))
+stacked_form.register(PKMixing, lambda first, members, path: StackedPKMixing(
+    members, stack_modules([m.mlp for m in members], f"{path}.mlp")))
+
+
+@stacked_form.register(nn.Conv2d)
+def _(first: nn.Conv2d, members: list[nn.Module], path: str) -> nn.Module:
+    if (first.kernel_size != first.stride or first.padding != (0, 0) or first.dilation != (1, 1)
+            or first.groups != 1 or first.kernel_size[0] != first.kernel_size[1]):
+        raise ConfigError(f"{path} is a convolution other than a square per-patch FC; it cannot be stacked")
+    return StackedPatchConv.from_members(members)
+
+
+@stacked_form.register(nn.GELU)
+@stacked_form.register(nn.ReLU)
+@stacked_form.register(nn.Identity)
+def _(first: nn.Module, members: list[nn.Module], path: str) -> nn.Module:
+    return copy.deepcopy(first)  # stateless: one for all members
+
+
+@stacked_form.register(nn.Dropout)
+@stacked_form.register(DropPath)
+def _(first: nn.Module, members: list[nn.Module], path: str) -> nn.Module:
+    rate = first.p if isinstance(first, nn.Dropout) else first.drop_prob
+    if rate > 0:
+        raise ConfigError(f"{path} has dropout or stochastic depth, whose randomness stacking does not keep per "
+                          "member: use rate 0")
+    return copy.deepcopy(first)

@@ -90,6 +90,14 @@ class TokenProjectionSkip(nn.Module):
         """W̃ mixes tokens: it runs once per channel (contract, pkmixer.models.contract)."""
         return {self.proj: self.norm.normalized_shape[0]}
 
+    @classmethod
+    def stacked(cls, members: list[TokenProjectionSkip], path: str) -> nn.Module:
+        """K of them as one (pkmixer.layers.stacked): a batched product over each member's columns."""
+        from ..layers.stacked import StackedTokenSkip, stack_modules
+
+        return StackedTokenSkip(stack_modules([m.proj for m in members], f"{path}.proj"),
+                                stack_modules([m.norm for m in members], f"{path}.norm"))
+
     def effective_map(self, channels: int) -> Callable[[torch.Tensor], torch.Tensor]:
         """SkipLayer(X) = LN(W̃ X) on vec coordinates: vec(W̃ X) = (I_C ⊗ W̃) vec(X) (S.15), in float64."""
         from ..theory.effective import EffectiveLinear, kron_identity, vec_layer_norm
@@ -101,6 +109,8 @@ class TokenProjectionSkip(nn.Module):
 
 class MixingSublayer(nn.Module):
     """x -> skip(x) + drop_path(mixing(LN(x))) (Eqs. 3-4, S.5-S.8, S.14)."""
+
+    STACKS_BY_CHILDREN = True  # its forward is generic in the leading axes (pkmixer.layers.stacked)
 
     def __init__(self, norm: nn.Module, mixing: PKMixing, drop_path: float, skip: nn.Module | None = None):
         super().__init__()
@@ -121,6 +131,8 @@ class MixingSublayer(nn.Module):
 
 class MixerBlock(nn.Module):
     """Token mixing then channel mixing, each a residual sublayer (Eqs. 3-4)."""
+
+    STACKS_BY_CHILDREN = True
 
     def __init__(self, token: MixingSublayer, channel: MixingSublayer) -> None:
         super().__init__()
@@ -360,6 +372,17 @@ class Mixer(TimmModel, nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, in_chans, H, W) -> (B, num_classes)
         return self.forward_head(self.forward_features(x))
+
+    @staticmethod
+    def stacked_forward(net: nn.Module, x: torch.Tensor) -> torch.Tensor:  # (K, B, c, H, W) -> (K, B, classes)
+        """The forward of K members stacked (:func:`pkmixer.train.stack.stack_models`): ``net`` holds this
+        model's children in their stacked forms (pkmixer.layers.stacked) and its shared ``token_order``."""
+        x = net.stem(x)  # (K, B, S0, C)
+        if net.token_order is not None:
+            x = x.index_select(2, net.token_order)
+        for blk in net.blocks:
+            x = blk(x)
+        return net.head(net.norm(x).mean(dim=2))
 
     # ---- intermediate features (timm's forward_intermediates, features_only) ---------------------------------
     OUTPUT_FORMATS = ("NLC", "NCHW")  # (B, S, C) as the model holds it; (B, C, H, W) on the patch grid

@@ -40,6 +40,8 @@ torch.fx.wrap("check_image")  # one node of an FX graph
 class SparseBlock(nn.Module):
     """One residual SW-MLP block; ``linears`` are applied in turn, each followed by the activation."""
 
+    STACKS_BY_CHILDREN = True  # its forward is generic in the leading axes (pkmixer.layers.stacked)
+
     def __init__(self, width: int, hidden: int | None, make_linear: Callable[[int, int], nn.Module],
                  act_layer: Callable[[], nn.Module], eps: float, drop_path: float) -> None:
         super().__init__()
@@ -130,7 +132,9 @@ class SWMLP(TimmModel, nn.Module):
             return linear_cls(n_in, n_out, density, generator)
 
         self.stem = nn.Conv2d(in_chans, embed_dim, patch_size, stride=patch_size)
-        self.input_layer = make_linear(self.input_dim, self.width) if self.width != self.input_dim else None
+        # a module slot even when empty, so that what is built from the model's modules (stacking) sees it
+        self.register_module("input_layer", make_linear(self.input_dim, self.width)
+                             if self.width != self.input_dim else None)
         dpr = [drop_path_rate * i / max(1, depth - 1) for i in range(depth)]
         self.blocks = nn.ModuleList(
             SparseBlock(self.width, self.hidden, make_linear, ACTIVATIONS[act], norm_eps, dpr[i])
@@ -181,6 +185,17 @@ class SWMLP(TimmModel, nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))
+
+    @staticmethod
+    def stacked_forward(net: nn.Module, x: torch.Tensor) -> torch.Tensor:  # (K, B, c, H, W) -> (K, B, classes)
+        """The forward of K members stacked (:func:`pkmixer.train.stack.stack_models`): ``net`` holds this
+        model's children in their stacked forms (pkmixer.layers.stacked)."""
+        x = net.stem(x).flatten(2)  # (K, B, S0·C), row-major as the members' vectorisation
+        if net.input_layer is not None:
+            x = net.input_layer(x)
+        for blk in net.blocks:
+            x = blk(x)
+        return net.head(net.norm(x))
 
     # ---- intermediate features (timm's forward_intermediates, features_only) ---------------------------------
     OUTPUT_FORMATS = ("NC", "NLC", "NCHW")  # (B, m); or as timm's layouts, (B, 1, m) and (B, m, 1, 1)

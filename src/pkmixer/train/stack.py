@@ -7,19 +7,20 @@ batch through member k's weights only, as batched products and per-member gather
 (:mod:`pkmixer.layers.stacked`). :meth:`StackedModel.unstack` gives each member's ``state_dict`` back, the one
 a model of that member's architecture loads alone. :class:`MemberOptimizer` is the members' AdamW or SGD as one
 update on the stacked tensors, each member with its own learning rate and weight decay, and
-:func:`clip_member_grads_` each member's global-norm gradient clip (issue 15 item 2). :func:`train_stacked`
+:func:`clip_member_grads_` each member's global-norm gradient clip. :func:`train_stacked`
 advances the K members together, each with its own data order (a generator seeded by its seed over in-memory
 tensors), one :func:`stacked_step` per batch; :func:`train_one` is the same loop for one model, the reference it
 equals. benchmarks/stack.py (section s) times it against K sequential runs.
 
-Carried: the :class:`~pkmixer.models.mixer.Mixer` in MLP-Mixer and S-Mixer form, normal or RP (per-member
-J₁, J₂), with ``num_tokens`` skips, pyramids and ``token_tiles``; the :class:`~pkmixer.models.swmlp.SWMLP`
-with dense-masked weights (``weight_format="masked"``, p = 1 included) or CSR weights (one block-diagonal CSR
-product, :class:`~pkmixer.layers.stacked.StackedSparseLinear`); members whose optimiser settings differ in ``lr``
-and ``weight_decay``; gradient clipping. Refused with a :class:`~pkmixer.errors.ConfigError`: the supp. A.1 untied
-or grouped token mixing, dropout or stochastic depth above 0 (their randomness is not per member), members of
-different shapes, devices or dtypes, members whose optimiser settings differ in anything else, and - in
-:func:`train_stacked` only - EMA.
+What stacks is declared by the models, not known here (the model contract, docs/architecture.md): a family
+declares ``stacked_forward(net, x)``, and each of its modules how K copies of it stack
+(:mod:`pkmixer.layers.stacked`). In pkmixer that carries the Mixer in MLP-Mixer and S-Mixer form, normal or RP
+(per-member J₁, J₂), with ``num_tokens`` skips, pyramids and ``token_tiles``, and the SW-MLP with dense-masked
+weights (p = 1 included) or CSR weights (one block-diagonal CSR product); members whose optimiser settings differ in
+``lr`` and ``weight_decay``; gradient clipping. Refused with a :class:`~pkmixer.errors.ConfigError`: a module that
+declares no stacked form (the supp. A.1 untied or grouped token mixing), dropout or stochastic depth above 0 (their
+randomness is not per member), members of different shapes, devices or dtypes, members whose optimiser settings
+differ in anything else, and - in :func:`train_stacked` only - EMA.
 
 Guaranteed and tested (tests/test_stack.py): the stacked forward and gradients equal each member's, and a
 stacked run of :func:`train_stacked` equals :func:`train_one` on each member, to floating-point tolerance
@@ -34,7 +35,6 @@ trained as one stack are :mod:`pkmixer.train.stacked_runs`.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from collections.abc import Sequence
@@ -44,37 +44,18 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from timm.layers import DropPath
 from torch import nn
 
 from ..errors import ConfigError
 from ..layers.decay import decayed_parameters
-from ..layers.mlp import FcAct, Mlp
-from ..layers.pk import PKMixing
-from ..layers.sparse import MaskedLinear, SparseLinear
-from ..layers.stacked import (StackedLayerNorm, StackedLinear, StackedMaskedLinear, StackedPatchConv,
-                              StackedPKMixing, StackedSparseLinear, StackedTokenSkip)
-from ..models.mixer import Mixer, MixerBlock, MixingSublayer, TokenProjectionSkip
-from ..models.swmlp import SWMLP, SparseBlock
+from ..layers.stacked import ragged_tensors, stack_modules
 from .config import OptimConfig
-
-# modules whose forward is generic in the leading axes: reused with their children stacked
-CONTAINERS = (MixerBlock, MixingSublayer, SparseBlock, FcAct, Mlp, nn.ModuleList)
-STATELESS = (nn.GELU, nn.ReLU, nn.Identity, nn.Dropout)
-
-
-def _describe(module: nn.Module) -> str:
-    """What must agree between members for one module (a mask's kept count may differ)."""
-    if isinstance(module, (MaskedLinear, SparseLinear)):
-        return f"in={module.in_features}, out={module.out_features}, p={module.density}"
-    return module.extra_repr()
 
 
 def _tensors(model: nn.Module) -> list[tuple]:
-    """What must agree between members for each tensor: name, shape, dtype, device - the length of a CSR layer's
-    kept weights and their coordinates excepted (each member's mask is its own draw)."""
-    ragged = {f"{path}.{name}" for path, m in model.named_modules() if isinstance(m, SparseLinear)
-              for name in ("values", "indices")}
+    """What must agree between members for each tensor: name, shape, dtype, device - the last axis of the tensors a
+    layer declares ragged excepted (:func:`~pkmixer.layers.stacked.ragged_tensors`: a CSR layer's kept weights)."""
+    ragged = {f"{path}.{name}" if path else name for path, m in model.named_modules() for name in ragged_tensors(m)}
     return [(name, t.shape[:-1] if name in ragged else t.shape, t.dtype, t.device)
             for name, t in [*model.named_parameters(), *model.named_buffers()]]
 
@@ -83,79 +64,43 @@ def _check_members(models: Sequence[nn.Module]) -> None:
     if not models:
         raise ConfigError("stack_models needs at least one model")
     first = models[0]
-    if not isinstance(first, (Mixer, SWMLP)):
-        raise ConfigError(f"stack_models carries Mixer and SWMLP models, not {type(first).__name__}")
-    for path, module in first.named_modules():
-        if isinstance(module, DropPath) or (isinstance(module, nn.Dropout) and module.p > 0):
-            raise ConfigError(f"{path} has dropout or stochastic depth, whose randomness stacking does not keep per "
-                              "member: use rate 0")
-    modules = [(name, type(m), _describe(m)) for name, m in first.named_modules()]
+    if not hasattr(type(first), "stacked_forward"):
+        raise ConfigError(f"stack_models carries model families that declare stacked_forward (in pkmixer: Mixer and "
+                          f"SWMLP), not {type(first).__name__}")
+    if any(p is not None for p in first._parameters.values()):
+        raise ConfigError(f"{type(first).__name__} holds parameters outside its modules; it cannot be stacked")
     tensors = _tensors(first)
     for k, model in enumerate(models[1:], 1):
         if type(model) is not type(first):
             raise ConfigError(f"member {k} is a {type(model).__name__}, member 0 a {type(first).__name__}")
-        for a, b in zip(modules, [(n, type(m), _describe(m)) for n, m in model.named_modules()], strict=False):
-            if a != b:
-                raise ConfigError(f"member {k} differs from member 0 at {a[0] or 'the top'}: {b[1].__name__}({b[2]}) "
-                                  f"against {a[1].__name__}({a[2]})")
         for a, b in zip_longest(tensors, _tensors(model)):
             if a != b:
                 raise ConfigError(f"member {k} differs from member 0 in a tensor's name, shape, dtype or device: "
                                   f"{b} against {a}")
-
-
-def _stack(modules: list[nn.Module], path: str) -> nn.Module:
-    """The stacked form of the members' modules at ``path`` (all of one type and shape)."""
-    first = modules[0]
-    where = path or "the model"
-    if type(first) is nn.Linear:
-        return StackedLinear.from_members(modules)
-    if type(first) is MaskedLinear:
-        return StackedMaskedLinear.from_members(modules)
-    if type(first) is SparseLinear:
-        return StackedSparseLinear.from_members(modules)
-    if type(first) is nn.LayerNorm:
-        return StackedLayerNorm.from_members(modules)
-    if type(first) is nn.Conv2d:
-        if (first.kernel_size != first.stride or first.padding != (0, 0) or first.dilation != (1, 1)
-                or first.groups != 1 or first.kernel_size[0] != first.kernel_size[1]):
-            raise ConfigError(f"{where} is a convolution other than a square per-patch FC; it cannot be stacked")
-        return StackedPatchConv.from_members(modules)
-    if type(first) is PKMixing:
-        return StackedPKMixing(modules, _stack([m.mlp for m in modules], f"{path}.mlp"))
-    if type(first) is TokenProjectionSkip:
-        return StackedTokenSkip(_stack([m.proj for m in modules], f"{path}.proj"),
-                                _stack([m.norm for m in modules], f"{path}.norm"))
-    if type(first) in STATELESS:
-        return copy.deepcopy(first)
-    if type(first) in CONTAINERS:
-        if first._parameters or first._buffers:
-            raise ConfigError(f"{where} ({type(first).__name__}) holds tensors of its own; it cannot be stacked")
-        out = copy.copy(first)
-        out._modules = {name: None if child is None else _stack([m._modules[name] for m in modules],
-                                                                  f"{path}.{name}" if path else name)
-                        for name, child in first._modules.items()}
-        return out
-    raise ConfigError(f"{where} is a {type(first).__name__}, which stacking does not carry (the supp. A.1 untied or "
-                      "grouped token mixing, for one)")
+        for name, buffer in first._buffers.items():
+            other = model._buffers[name]
+            if (buffer is None) != (other is None) or (buffer is not None and not torch.equal(buffer, other)):
+                raise ConfigError(f"member {k} differs from member 0 in its buffer {name}, which members share")
 
 
 class StackedModel(nn.Module):
-    """K Mixers or SW-MLPs of one shape as one module; see the module docstring. Built by :func:`stack_models`."""
+    """K models of one family and shape as one module; see the module docstring. Built by :func:`stack_models`:
+    each child of the members stacked (:func:`~pkmixer.layers.stacked.stack_modules`), the model's own buffers
+    (derived from its shape, as the Mixer's ``token_order``) shared, and the forward the family declares,
+    ``stacked_forward(net, x)``: (K, B, c, H, W) -> (K, B, classes)."""
 
     def __init__(self, models: Sequence[nn.Module]) -> None:
         super().__init__()
         _check_members(models)
         first = models[0]
         self.members = len(models)
-        self.kind = "mixer" if isinstance(first, Mixer) else "swmlp"
+        self.family = type(first).__name__
+        self._stacked_forward = type(first).stacked_forward
         self.in_chans, self.img_size, self.num_classes = first.in_chans, first.img_size, first.num_classes
-        for name, _ in first.named_children():
-            self.add_module(name, _stack([m.get_submodule(name) for m in models], name))
-        if self.kind == "swmlp" and first.input_layer is None:
-            self.input_layer = None
-        # Mixer's token_tiles gather: derived from the shape, one for all members, not state
-        self.register_buffer("token_order", getattr(first, "token_order", None), persistent=False)
+        for name, child in first._modules.items():
+            self.add_module(name, None if child is None else stack_modules([m._modules[name] for m in models], name))
+        for name, buffer in first._buffers.items():
+            self.register_buffer(name, buffer, persistent=name not in first._non_persistent_buffers_set)
         self._no_weight_decay = set(first.no_weight_decay()) if hasattr(first, "no_weight_decay") else set()
 
     def no_weight_decay(self) -> set[str]:
@@ -167,25 +112,14 @@ class StackedModel(nn.Module):
                                                                                 self.img_size):
             raise ValueError(f"expected input of shape ({self.members}, B, {self.in_chans}, {self.img_size}, "
                              f"{self.img_size}), got {tuple(x.shape)}")
-        x = self.stem(x)  # (K, B, S0, C)
-        if self.kind == "swmlp":
-            x = x.flatten(2)  # (K, B, S0·C), row-major as the members' vectorisation
-            if self.input_layer is not None:
-                x = self.input_layer(x)
-            for blk in self.blocks:
-                x = blk(x)
-            return self.head(self.norm(x))
-        if self.token_order is not None:
-            x = x.index_select(2, self.token_order)
-        for blk in self.blocks:
-            x = blk(x)
-        return self.head(self.norm(x).mean(dim=2))
+        return self._stacked_forward(self, x)
 
     def padded(self) -> dict[str, tuple[int, ...]]:
-        """The tensors whose last axis is padded (a CSR layer's kept weights and coordinates:
-        :class:`~pkmixer.layers.stacked.StackedSparseLinear`), by name, with each member's own length."""
-        return {f"{path}.{name}": sizes for path, m in self.named_modules() if isinstance(m, StackedSparseLinear)
-                for name, sizes in m.padded.items()}
+        """The tensors whose last axis is padded (ragged between members: a CSR layer's kept weights and
+        coordinates, :class:`~pkmixer.layers.stacked.StackedSparseLinear`), by name, with each member's own
+        length."""
+        return {f"{path}.{name}": sizes for path, m in self.named_modules() if hasattr(m, "padded")
+                and m is not self for name, sizes in m.padded.items()}
 
     def member_state_dict(self, k: int) -> dict[str, torch.Tensor]:
         """Member k's ``state_dict``: what a model of its architecture loads alone (copies, not views)."""
@@ -250,7 +184,7 @@ def _member_views(values: torch.Tensor, tensors: list[torch.Tensor]) -> list[tor
 
 class MemberOptimizer(torch.optim.Optimizer):
     """The members' AdamW (App. C.5) or SGD with (Nesterov) momentum (App. C.4) as one update of a
-    :class:`StackedModel`'s tensors, each member with its own learning rate and weight decay (issue 15 item 2).
+    :class:`StackedModel`'s tensors, each member with its own learning rate and weight decay.
 
     Both are (K,) tensors: ``lr`` of every group (:meth:`set_lr` sets it before a step, so each member follows
     its own schedule) and ``weight_decay`` of the decayed group (the other has None). Member k's slices take the
