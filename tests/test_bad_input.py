@@ -388,6 +388,8 @@ SIZE_CASES = {
     "spectrum-thin-swmlp-weight": ["spectrum", "--omega", "2**16", "--gamma", "1e-6", "--seeds", "1"],  # 1 × 256000
     "spectrum-long-swmlp-weight": ["spectrum", "--omega", "2**16", "--gamma", "1e-4", "--seeds", "1"],  # Lanczos on 1e8
     "cka-huge-batch": ["cka", "mixer_b16_224", "mixer_b16_224", "--batches", "1", "--batch-size", "1048576"],
+    "throughput-huge-batch": ["throughput", "--models", "mixer_h14_224", "--batch-size", "4096", "--image-size", "896",
+                              "--warmup", "1", "--repeats", "1", "--device", "cpu"],  # about 1 TB of activations
 }
 
 
