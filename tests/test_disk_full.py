@@ -260,3 +260,18 @@ def test_a_wrapped_disk_error_is_raised_as_it_is(tmp_path):
         atomic.write_atomically(target, writer)
     assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(target)
     assert target.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["latest.pt"]
+
+
+def test_only_a_wrapped_os_error_is_unwrapped(tmp_path):
+    """Bad input raised while handling an OS error stays bad input (exit status 2), not a fault of the machine."""
+    from pkmixer.errors import ConfigError
+
+    def writer(f) -> None:
+        try:
+            (tmp_path / "missing").read_bytes()
+        except OSError:
+            raise ConfigError("the value cannot be written")  # noqa: B904 - its context is the OSError
+
+    with pytest.raises(ConfigError):
+        atomic.write_atomically(tmp_path / "out.txt", writer)
+    assert not list(tmp_path.iterdir())

@@ -75,12 +75,12 @@ class _FailingWrites:
 
 
 def _naming(err: BaseException, path: Path) -> BaseException:
-    """The OSError behind ``err`` (``err`` itself, or the one a writer such as ``torch.save`` wrapped in another
-    exception) naming ``path`` rather than a temporary file; ``err`` when there is none."""
+    """The OSError behind ``err`` (``err`` itself, or the one a writer such as ``torch.save`` wrapped in a
+    RuntimeError) naming ``path`` rather than a temporary file; ``err`` when there is none."""
     found: BaseException | None = err
-    while found is not None and not isinstance(found, OSError):
+    while isinstance(found, RuntimeError):
         found = found.__cause__ or found.__context__
-    if found is None:
+    if not isinstance(found, OSError):
         return err
     if found.filename is None or is_temp_file(Path(str(found.filename))):
         found.filename = str(path)
@@ -119,7 +119,7 @@ def write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
         os.replace(tmp, path)
     except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
-        found = _naming(err, path) if isinstance(err, Exception) else err
+        found = _naming(err, path)
         if found is err:
             raise
         raise found from err
