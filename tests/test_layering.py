@@ -16,7 +16,7 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "atomic": {"errors"},
     "overrides": {"errors"},
-    "figures": {"errors"},
+    "figures": {"errors", "atomic"},
     "checkpoint": {"errors", "atomic"},
     "layers": {"errors"},
     "data": {"errors", "atomic"},

@@ -6,14 +6,22 @@ folder, fsynced and renamed into place (:func:`write_atomically`); the temporary
 of a kill. Logs grow by whole lines (:func:`append_line`); a kill during an append can leave only the last
 line cut, which readers of such logs drop (:func:`read_jsonl`).
 
+An OS error during a write (no space, no permission, a folder that vanished) leaves the old content as well:
+:func:`write_atomically` removes its temporary file and :func:`append_line` cuts the file back to its old end,
+and both raise an :class:`OSError` that names the file meant to be written (also where the writer, e.g.
+``torch.save``, wrapped the OSError in another exception).
+
 Fault injection, for tests only: with ``PKMIXER_FAULT=POINT:N`` in the environment the process SIGKILLs itself
-the N-th time it reaches ``POINT``, one of :data:`FAULT_POINTS`; with ``PKMIXER_FAULT_TRACE=FILE`` every point
-reached is appended to FILE as ``POINT:N``. Tests kill a run at every (point, occurrence) pair of an
+the N-th time it reaches ``POINT``, one of :data:`FAULT_POINTS`; with ``PKMIXER_FAULT=POINT:N:ERRNO`` (e.g.
+``before-temp-write:3:ENOSPC``) it raises that OSError there instead - at ``before-temp-write`` from the first
+write into the temporary file, as a full disk does; with ``PKMIXER_FAULT_TRACE=FILE`` every point reached is
+appended to FILE as ``POINT:N``. Tests kill a run (or fail its write) at every (point, occurrence) pair of an
 uninterrupted run's trace and check that resuming gives the same result. Fsync makes the writes durable, but
 kill tests cannot prove safety against power loss: we claim kills.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -35,8 +43,9 @@ FAULT_POINTS = (
 _reached: Counter[str] = Counter()
 
 
-def fault_point(point: str) -> None:
-    """Record ``point`` in the fault trace and die there if the test hook asks to (see the module docstring)."""
+def fault_point(point: str, path: Path | None = None) -> None:
+    """Record ``point`` in the fault trace and die there, or raise the OSError of ``path``, if the test hook asks
+    to (see the module docstring)."""
     target, trace = os.environ.get(FAULT_ENV), os.environ.get(FAULT_TRACE_ENV)
     if not target and not trace:
         return
@@ -47,6 +56,35 @@ def fault_point(point: str) -> None:
             f.write(here + "\n")
     if target == here:
         os.kill(os.getpid(), signal.SIGKILL)
+    if target and target.startswith(here + ":"):
+        code = getattr(errno, target[len(here) + 1:])
+        raise OSError(code, os.strerror(code), None if path is None else str(path))
+
+
+class _FailingWrites:
+    """A file whose next write raises ``error`` (an injected full disk); everything else is the file's."""
+
+    def __init__(self, file: BinaryIO, error: OSError) -> None:
+        self._file, self._error = file, error
+
+    def write(self, data: bytes) -> int:
+        raise self._error
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+
+def _naming(err: BaseException, path: Path) -> BaseException:
+    """The OSError behind ``err`` (``err`` itself, or the one a writer such as ``torch.save`` wrapped in a
+    RuntimeError) naming ``path`` rather than a temporary file; ``err`` when there is none."""
+    found: BaseException | None = err
+    while isinstance(found, RuntimeError):
+        found = found.__cause__ or found.__context__
+    if not isinstance(found, OSError):
+        return err
+    if found.filename is None or is_temp_file(Path(str(found.filename))):
+        found.filename = str(path)
+    return found
 
 
 def reset_fault_counts() -> None:
@@ -63,20 +101,29 @@ def write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
     """Write through a temporary file in the same folder, renamed into place: never a half-written file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise _naming(err, path) from None
     try:
         with os.fdopen(fd, "wb") as f:
-            fault_point("before-temp-write")
+            try:
+                fault_point("before-temp-write", path)
+            except OSError as err:
+                f = _FailingWrites(f, err)  # type: ignore[assignment]
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; give the permissions open() would
-        fault_point("after-temp-write")
+        fault_point("after-temp-write", path)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
-        raise
-    fault_point("after-rename")
+        found = _naming(err, path)
+        if found is err:
+            raise
+        raise found from err
+    fault_point("after-rename", path)
     _fsync_dir(path.parent)
 
 
@@ -86,21 +133,40 @@ def write_text_atomically(path: Path, text: str) -> None:
 
 
 def append_line(path: Path, line: str) -> None:
-    """Append one line (no newline in it) and fsync; a kill can cut only this line."""
+    """Append one line (no newline in it) and fsync; a kill can cut only this line. On an OS error (a full
+    disk) the file is cut back to where it ended and the error raised: the line is all there or not at all."""
     if "\n" in line:
         raise ValueError("append_line takes a single line")
     data = (line + "\n").encode("utf-8")
-    fault_point("before-append")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    fault_point("before-append", path)
     try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    except OSError as err:
+        raise _naming(err, path) from None
+    try:
+        end = os.fstat(fd).st_size
         half = len(data) // 2
-        os.write(fd, data[:half])
-        fault_point("mid-append")
-        os.write(fd, data[half:])
-        os.fsync(fd)
+        try:
+            _write_all(fd, data[:half])
+            fault_point("mid-append", path)
+            _write_all(fd, data[half:])
+            os.fsync(fd)
+        except OSError as err:
+            try:
+                os.ftruncate(fd, end)
+            except OSError:
+                pass  # then the cut line stays, as after a kill: readers drop it
+            raise _naming(err, path) from None
     finally:
         os.close(fd)
-    fault_point("after-append")
+    fault_point("after-append", path)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data``: a full disk first takes what fits (a short write), then refuses (ENOSPC)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

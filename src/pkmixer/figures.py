@@ -1,7 +1,7 @@
 """Writing figures: one place that checks the file type and saves a matplotlib ``Figure``.
 
 Figures are built as ``matplotlib.figure.Figure`` objects (never pyplot: no global state, no display) and
-written as PNG or SVG, chosen by the path's suffix.
+written as PNG or SVG, chosen by the path's suffix, through a temporary file (:mod:`pkmixer.atomic`).
 """
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from .atomic import write_atomically
 from .errors import ConfigError
 
 FIGURE_SUFFIXES = (".png", ".svg")
@@ -23,8 +24,8 @@ def figure_path(path: str | Path) -> Path:
 
 
 def save_figure(fig: Figure, path: str | Path, dpi: int = 150) -> Path:
-    """Write ``fig`` to ``path`` (PNG or SVG by suffix), creating the folder; returns the path."""
+    """Write ``fig`` to ``path`` (PNG or SVG by suffix; atomically: never a half-written file), creating the
+    folder; returns the path."""
     path = figure_path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    write_atomically(path, lambda f: fig.savefig(f, format=path.suffix.lower()[1:], dpi=dpi, bbox_inches="tight"))
     return path

@@ -291,8 +291,28 @@ def compare_models(model_a: nn.Module, model_b: nn.Module, *, data: str = "gauss
     shapes = [(m.in_chans, m.img_size) for m in (model_a, model_b)]
     if shapes[0] != shapes[1]:
         raise ConfigError(f"the models take different inputs: {shapes[0]} and {shapes[1]} (channels, pixels)")
+    check_batch_memory(model_a, model_b, data=data, batches=batches, batch_size=batch_size, where=where)
     inputs = input_batches(data, *shapes[0], batches, batch_size, seed=seed, data_dir=data_dir)
     return cka_matrix(model_a, model_b, inputs, where=where, labels=labels)
+
+
+def check_batch_memory(model_a: nn.Module, model_b: nn.Module, *, data: str, batches: int, batch_size: int,
+                       where: str = "mixing") -> None:
+    """Refuse (ConfigError) mini-batches whose inputs and Gram matrices alone take more memory than is available:
+    the float32 inputs (all ``batches`` of them for Gaussian ones, drawn at once) and, per mini-batch of n, an
+    n×n float64 Gram matrix for each feature point of both models and one more being built."""
+    from ..models.budget import available_memory
+
+    check_where(where)
+    n, (in_chans, img_size) = batch_size, (model_a.in_chans, model_a.img_size)
+    layers = sum(len(m.feature_names(where)) for m in (model_a, model_b))
+    inputs = (batches if data == "gaussian" else 1) * n * in_chans * img_size**2 * 4
+    need = inputs + (layers + 1) * n * n * 8
+    free = available_memory()
+    if need > free:
+        raise ConfigError(f"{batches} mini-batches of {n} examples need about {need / 2**30:.3g} GiB for their "
+                          f"inputs and Gram matrices, beyond the {free / 2**30:.3g} GiB available; lower --batch-size "
+                          "or --batches")
 
 
 def _device(model: nn.Module) -> torch.device:

@@ -183,6 +183,39 @@ def saved_tensor_bytes(model: nn.Module, batch_size: int, dtype: torch.dtype = t
     return _saved_bytes(_probe(_check_model(model)), batch_size, _check_dtype(dtype))
 
 
+def forward_peak_bytes(model: nn.Module, batch_size: int = 1, dtype: torch.dtype = torch.float32) -> int:
+    """An estimate of the activation bytes an inference forward of ``batch_size`` images holds at once: the
+    largest input plus output of any one leaf module (both alive while it runs) and the largest output of any
+    (a skip keeps a sublayer's input meanwhile); floating tensors in ``dtype``. Runs on the meta device for a
+    meta model; the train/eval mode is left as it was."""
+    check_positive_int("batch_size", batch_size)
+    probe, dtype = _probe(_check_model(model)), _check_dtype(dtype)
+    pair = largest = 0
+
+    def size(t: object) -> int:
+        if not isinstance(t, torch.Tensor):
+            return 0
+        return t.numel() * (dtype.itemsize if t.is_floating_point() else t.element_size())
+
+    def hook(module: nn.Module, inputs: tuple, output: object) -> None:
+        nonlocal pair, largest
+        out = size(output)
+        pair, largest = max(pair, sum(size(t) for t in inputs) + out), max(largest, out)
+
+    leaves = [m for m in probe.modules() if next(m.children(), None) is None]
+    handles = [m.register_forward_hook(hook) for m in leaves]
+    was_training = probe.training
+    probe.eval()
+    try:
+        with torch.no_grad():
+            probe(_probe_input(probe, batch_size))
+    finally:
+        probe.train(was_training)
+        for handle in handles:
+            handle.remove()
+    return pair + largest
+
+
 def _saved_bytes(probe: nn.Module, batch_size: int, dtype: torch.dtype) -> int:
     own = {s.untyped_storage()._cdata for t in [*probe.parameters(), *probe.buffers()] for s in _storages(t)}
     saved: dict[int, int] = {}

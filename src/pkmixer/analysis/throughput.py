@@ -35,8 +35,9 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError, check_positive_int
+from ..models.budget import available_memory
 from ..models.registry import create_model, model_entry
-from .cost import TRAIN_FLOPS_FACTOR, CostReport, _check_model, model_cost
+from .cost import TRAIN_FLOPS_FACTOR, CostReport, _check_model, forward_peak_bytes, model_cost
 
 JFT_IMAGES = 300_000_000  # JFT-300M, the pre-training data set of Table 2
 
@@ -129,6 +130,21 @@ def _meta_cost(name: str, image_size: int | None = None) -> tuple[CostReport, in
     return model_cost(model, name=name), model.img_size
 
 
+def check_forward_memory(name: str, image_size: int | None, batch_size: int, dtype: torch.dtype,
+                         device: torch.device) -> None:
+    """Refuse (ConfigError), before anything is built, a measurement whose weights, input batch and activations
+    (:func:`~pkmixer.analysis.cost.forward_peak_bytes`) would not fit in the memory available on ``device``."""
+    with torch.device("meta"):
+        model = _build(name, image_size)
+    weights = sum(p.numel() for p in model.parameters()) * dtype.itemsize
+    inputs = batch_size * model.in_chans * model.img_size**2 * dtype.itemsize
+    need = weights + inputs + forward_peak_bytes(model, batch_size, dtype)
+    free = available_memory(device)
+    if need > free:
+        raise ConfigError(f"{name} at batch {batch_size} needs about {need / 2**30:.3g} GiB for its weights, inputs "
+                          f"and activations, beyond the {free / 2**30:.3g} GiB available; lower --batch-size")
+
+
 def _exaflops(macs: int, epochs: int, images: int) -> float:
     return TRAIN_FLOPS_FACTOR * 2 * macs * images * epochs / 1e18
 
@@ -218,6 +234,8 @@ def throughput_table(names: Sequence[str] | None = None, batch_size: int | None 
         check_positive_int("image_size", image_size)
     dtype, dev = _check_dtype(dtype), _check_device(device)
     costs = [_meta_cost(name, image_size) for name in names]  # every configuration checked before measuring
+    for name in names:
+        check_forward_memory(name, image_size, batch_size, dtype, dev)
     rows = []
     for name, (cost, size) in zip(names, costs):
         published = TABLE2.get(name)

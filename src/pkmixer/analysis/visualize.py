@@ -116,8 +116,10 @@ def sparsity_masks(S: int = 8, C: int = 8, seed: int = 0) -> dict[str, np.ndarra
     check_positive_int("C", C)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ConfigError(f"seed must be an integer, got {seed!r}")
-    generator = torch.Generator().manual_seed(seed)
     m = S * C
+    if m > MAX_PATTERN_SIDE:
+        raise ConfigError(f"S·C = {m} is too large to draw (at most {MAX_PATTERN_SIDE} per side)")
+    generator = torch.Generator().manual_seed(seed)
     rows, cols = sample_bernoulli_mask(m, m, 1 / C, generator)
     sw = np.zeros((m, m), dtype=bool)
     sw[rows.numpy(), cols.numpy()] = True
@@ -172,9 +174,10 @@ def _values(weight: torch.Tensor) -> np.ndarray:
 
 
 def _grid_columns(count: int, cols: int | None, step: int = 1) -> int:
-    """``cols``, or about √(2·count) rounded to a multiple of ``step`` (a grid about twice as wide as tall)."""
+    """``cols`` (at most ``count``), or about √(2·count) rounded to a multiple of ``step`` (a grid about twice as
+    wide as tall)."""
     if cols is not None:
-        return check_positive_int("cols", cols)
+        return min(check_positive_int("cols", cols), count)
     return max(step, round(math.sqrt(2 * count) / step) * step)
 
 

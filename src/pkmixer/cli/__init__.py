@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command line; the exit status (2: bad input, refused before any work)."""
+    """Run one command line; the exit status (2: bad input, refused before any work; 1: a fault of the machine -
+    no space, no permission, a path that vanished - with every file whole: :func:`.common.refusal`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -64,6 +65,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if seed is not None and not 0 <= seed <= MAX_SEED:
             raise ConfigError(f"--seed must lie in [0, {MAX_SEED}], got {seed}")
         return args.func(args)
-    except ConfigError as err:
-        sys.stderr.write(f"pkmixer {args.verb}: error: {err}\n")
-        return 2
+    except Exception as err:  # bad input or a fault of the machine: one line; anything else: its traceback
+        from .common import refusal
+
+        known = refusal(err, args)
+        if known is None:
+            raise
+        sys.stderr.write(f"pkmixer {args.verb}: error: {known[1]}\n")
+        return known[0]

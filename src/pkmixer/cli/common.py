@@ -86,3 +86,54 @@ def load_model_arg(text: str, overrides: dict) -> torch.nn.Module:
             raise ConfigError("--set applies to registered names, not to checkpoints")
         return import_checkpoint(text).model
     return create_model(text, **overrides)
+
+
+# ---- what a command that stops says -------------------------------------------------------------------------
+
+# what to do about an OS error (an environment fault, exit status 1), by errno name
+FAULT_ADVICE = {
+    "ENOSPC": "free space on its disk",
+    "EDQUOT": "free space within your disk quota",
+    "EFBIG": "free space, or write to a file system that takes larger files",
+    "EACCES": "give this user access to it and its folder, or choose another path",
+    "EPERM": "give this user access to it and its folder, or choose another path",
+    "EROFS": "its file system is read-only: choose a path on a writable disk",
+    "ENOENT": "it was moved or removed while pkmixer ran: put it back, or choose another path",
+    "ENOTDIR": "a folder on its path was replaced by a file while pkmixer ran: put it back, or choose another path",
+    "EIO": "the disk reported a read or write error: check it",
+}
+
+
+def refusal(err: BaseException, args) -> tuple[int, str] | None:
+    """(exit status, one line for stderr) of an error the user can act on, None for any other (a bug: its
+    traceback shows). Bad input (:class:`ConfigError`): 2 and its message. An OS error of :data:`FAULT_ADVICE`
+    (a full disk, no permission, a read-only file system, a path that vanished): 1, the path, what to do, and
+    how to go on - the files are whole (:mod:`pkmixer.atomic`), so a run resumes from its last checkpoint."""
+    import errno
+    import os
+
+    if isinstance(err, ConfigError):
+        return 2, str(err)
+    name = errno.errorcode.get(getattr(err, "errno", None) or -1)
+    if not isinstance(err, OSError) or name not in FAULT_ADVICE:
+        return None
+    where = f"{err.filename}: " if err.filename else ""
+    line = f"{where}{err.strerror or os.strerror(err.errno)}; {FAULT_ADVICE[name]}, then {_going_on(err, args)}"
+    return 1, line
+
+
+def _going_on(err: OSError, args) -> str:
+    """How to go on after an environment fault: resume the run (train, finetune), rerun the sweep (reproduce,
+    which resumes its runs), or run the command again (the others wrote nothing: their outputs are atomic)."""
+    if args.verb == "reproduce":
+        return "run the same command again: the sweep goes on where it stopped"
+    if args.verb not in ("train", "finetune"):
+        return "run the command again"
+    run = Path(args.run_dir) if args.run_dir else None
+    if run is None and err.filename:  # the default run directory: the folder of the file that holds the run's lock
+        run = next((p for p in Path(str(err.filename)).parents if (p / ".lock").is_file()), None)
+    if run is None or not run.is_dir():
+        return "run the command again"
+    if not (run / "config.yaml").is_file():
+        return f"remove {run} (the run wrote nothing) and run the command again"
+    return f"continue the run with: pkmixer train --resume --run-dir {run}"

@@ -57,7 +57,7 @@ from typing import Any
 from ..atomic import is_temp_file, write_text_atomically
 from ..errors import ConfigError, unknown_name
 from ..train.config import TrainConfig, build_config, load_yaml
-from ..train.rundir import RunDir, hold_lock
+from ..train.rundir import RunDir, hold_lock, remove_if_untouched
 from .probes import check_probes, missing_probes, probe_columns, read_probes, run_probes
 
 BACKENDS = ("local", "ray")
@@ -569,17 +569,21 @@ def _run_ray(groups: list[list[RunJob]], workers: int | None, threads: int | Non
 
 
 class _Lock:
-    """One process drives a sweep directory at a time (:func:`~pkmixer.train.rundir.hold_lock` on ``.lock``)."""
+    """One process drives a sweep directory at a time (:func:`~pkmixer.train.rundir.hold_lock` on ``.lock``).
+    ``made``: the sweep directory and the folders above it made for this sweep (the deepest first), removed
+    again when the sweep is refused or its first write fails before anything is written."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, made: tuple[Path, ...] = ()) -> None:
+        self.path, self.made = path, made
         self.fd: int | None = None
 
     def __enter__(self) -> _Lock:
         self.fd = hold_lock(self.path, f"running the sweep in {self.path.parent}")
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type | None, *exc: object) -> None:
+        if kind is not None and issubclass(kind, (ConfigError, OSError)) and self.made:
+            remove_if_untouched(self.path.parent, self.made[1:])
         os.close(self.fd)
 
 
@@ -621,8 +625,9 @@ def run_sweep(specs: Sequence[RunSpec], sweep_dir: Path, *, backend: str = "loca
     specs = list(specs)
     normalized = check_specs(specs)
     sweep = SweepDir(Path(sweep_dir).resolve())
+    made = tuple(p for p in (sweep.root, *sweep.root.parents) if not p.exists())  # the deepest first
     sweep.root.mkdir(parents=True, exist_ok=True)
-    with _Lock(sweep.lock):
+    with _Lock(sweep.lock, made):
         _check_existing(sweep, specs, normalized)
         for leftover in (p for p in sweep.root.iterdir() if is_temp_file(p) and p.is_file()):
             leftover.unlink()  # a killed sweep's half-written sweep.json or table (the run folders clean their own)

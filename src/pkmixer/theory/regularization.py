@@ -34,11 +34,15 @@ from ..errors import ConfigError, check_density, check_positive_int
 GRAD_TOL = 1e-10  # the Kronecker solver stops when the norm of its gradient is below this
 NEWTON_POLISH = 5  # at most this many value-free Newton steps after the trust-region solve
 PROX_TOL = 1e-11  # FISTA stops when the prox-gradient residual is below this
+# λ and the label noise at most: the objectives square the labels and weigh squared weights by λ, and beyond
+# this their float64 values overflow
+MAX_SCALE = 1e100
 
 
 def _check_nonnegative(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-        raise ConfigError(f"{name} must be a finite number ≥ 0, got {value!r}")
+    """λ or the label noise: in [0, MAX_SCALE]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_SCALE:
+        raise ConfigError(f"{name} must be a finite number ≥ 0 and at most {MAX_SCALE:.0e}, got {value!r}")
     return float(value)
 
 

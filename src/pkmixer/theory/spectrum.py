@@ -31,8 +31,10 @@ from .width import parse_omega, width_summary
 
 # full spectra need dense matrices: beyond this side an eigen/singular value decomposition takes minutes
 MAX_DENSE_SIDE = 8192
-# sparse weights beyond this many expected non-zeros take too much time and memory
+# weights beyond this many stored entries (a sparse one's expected non-zeros) take too much time and memory
 MAX_NNZ = 50_000_000
+# Lanczos keeps a few dozen vectors as long as the weight's sides: beyond this side they take gigabytes
+MAX_SIDE = 2**20
 
 
 # ---- Marchenko-Pastur ------------------------------------------------------------------------------------
@@ -128,23 +130,46 @@ def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def swmlp_weight(m: int, density: float, gamma: float = 1.0, seed: int = 0) -> sp.csr_matrix:
-    """M ⊙ A of shape (round(γm) × m): A ~ N(0, 1/m), M = 1/√p w.p. p else 0 (Sec. 4.3), as a sparse matrix."""
+def check_weight_size(rows: int, cols: int, entries: float, what: str) -> None:
+    """Refuse (ConfigError) a weight whose λ_max cannot be computed here, before it is drawn: more than
+    :data:`MAX_NNZ` stored entries, a side beyond :data:`MAX_SIDE` (Lanczos' vectors), or a side under 8 (a
+    dense SVD, :func:`largest_singular_value`) with the other beyond :data:`MAX_DENSE_SIDE`."""
+    if entries > MAX_NNZ:
+        raise ConfigError(f"{what} has about {entries:.3g} stored entries; the limit is {MAX_NNZ:.0e}")
+    if max(rows, cols) > MAX_SIDE:
+        raise ConfigError(f"{what} is {rows}×{cols}; the limit is {MAX_SIDE} per side")
+    if min(rows, cols) < 8 and max(rows, cols) > MAX_DENSE_SIDE:
+        raise ConfigError(f"{what} is {rows}×{cols}, too thin for Lanczos; a dense SVD takes at most "
+                          f"{MAX_DENSE_SIDE} per side")
+
+
+def _swmlp_size(m: int, density: float, gamma: float) -> tuple[int, float]:
+    """(rows, p) of :func:`swmlp_weight`, its size checked."""
     check_positive_int("m", m)
     p = check_density("density p", density)
     rows = _rows(m, gamma)
-    if p * rows * m > MAX_NNZ:
-        raise ConfigError(f"an SW-MLP weight with m={m}, p={p:g}, γ={gamma:g} has about {p * rows * m:.3g} "
-                          f"non-zeros; the limit is {MAX_NNZ:.0e}")
+    check_weight_size(rows, m, p * rows * m, f"an SW-MLP weight with m={m}, p={p:g}, γ={gamma:g}")
+    return rows, p
+
+
+def swmlp_weight(m: int, density: float, gamma: float = 1.0, seed: int = 0) -> sp.csr_matrix:
+    """M ⊙ A of shape (round(γm) × m): A ~ N(0, 1/m), M = 1/√p w.p. p else 0 (Sec. 4.3), as a sparse matrix."""
+    rows, p = _swmlp_size(m, density, gamma)
     g = _generator(seed)
     r, c = sample_bernoulli_mask(rows, m, p, g)
     values = torch.randn(r.numel(), generator=g, dtype=torch.float64) / math.sqrt(p * m)
     return sp.csr_matrix((values.numpy(), (r.numpy(), c.numpy())), shape=(rows, m))
 
 
+def _mixer_size(C: int, gamma: float) -> None:
+    check_positive_int("C", C)
+    rows = _rows(C, gamma)
+    check_weight_size(rows, C, rows * C, f"a Mixer weight with C={C}, γ={gamma:g}")
+
+
 def mixer_weight(C: int, gamma: float = 1.0, seed: int = 0) -> np.ndarray:
     """A Mixer weight V ~ N(0, 1/C) of shape (round(γC) × C) (Sec. 4.3)."""
-    check_positive_int("C", C)
+    _mixer_size(C, gamma)
     g = _generator(seed)
     return (torch.randn(_rows(C, gamma), C, generator=g, dtype=torch.float64) / math.sqrt(C)).numpy()
 
@@ -249,6 +274,17 @@ def default_widths(omega: str | int | float, gamma: float = 1.0, count: int = 6)
     return sorted({math.ceil(w - 1e-9) for w in np.geomspace(math.sqrt(ratio), ratio ** (2 / 3), count)})
 
 
+def _sweep_sizes(omega: float, gamma: float, widths: Sequence[int] | None) -> list[tuple[int, float]]:
+    """(m, p) of each width of :func:`lambda_max_sweep`, every weight's size checked before any is drawn."""
+    widths = default_widths(omega, gamma) if widths is None else list(widths)
+    if not widths:
+        raise ConfigError("widths must list at least one width m")
+    sizes = [(m, density_at_width(omega, m, gamma)) for m in widths]
+    for m, p in sizes:
+        _swmlp_size(m, p, gamma)
+    return sizes
+
+
 def lambda_max_sweep(omega: str | int | float, gamma: float = 1.0, widths: Sequence[int] | None = None,
                      seeds: int = 3, seed: int = 0) -> list[dict]:
     """λ_max of SW-MLP weights against width at fixed Ω (Fig. 4 right).
@@ -258,12 +294,8 @@ def lambda_max_sweep(omega: str | int | float, gamma: float = 1.0, widths: Seque
     ``sqrt_l_plus`` = √L₊ (Eqs. 17-18) and the Mixer's ``c_gamma`` = 1 + √γ.
     """
     omega, gamma = float(parse_omega(omega)), check_positive("γ (gamma)", gamma)
-    widths = default_widths(omega, gamma) if widths is None else list(widths)
-    if not widths:
-        raise ConfigError("widths must list at least one width m")
     rows = []
-    for m in widths:
-        p = density_at_width(omega, m, gamma)
+    for m, p in _sweep_sizes(omega, gamma, widths):
         tops = [largest_singular_value(swmlp_weight(m, p, gamma, seed + k)) for k in _seed_range(seeds)]
         rows.append({"m": m, "p": p, "q": math.sqrt(p * m), "lambda_max_draws": [float(t) for t in tops],
                      "lambda_max_mean": float(np.mean(tops)),
@@ -272,11 +304,18 @@ def lambda_max_sweep(omega: str | int | float, gamma: float = 1.0, widths: Seque
     return rows
 
 
+def _mixer_pair(omega: str | int | float, gamma: float) -> tuple[int, int]:
+    """(C, S) of :func:`mixer_baseline`, both weights' sizes checked before either is drawn."""
+    summary = width_summary(omega, gamma)
+    for side in (summary.C, summary.S):
+        _mixer_size(side, gamma)
+    return summary.C, summary.S
+
+
 def mixer_baseline(omega: str | int | float, gamma: float = 1.0, seeds: int = 3, seed: int = 0) -> dict:
     """λ_max of the Mixer's channel weight V (γC × C) and token weight W (γS × S) at its widest pair (C, S)
     for Ω (Eq. 15), averaged over ``seeds`` draws; the effective weights I ⊗ V, I ⊗ W share them."""
-    summary = width_summary(omega, gamma)
-    C, S = summary.C, summary.S
+    C, S = _mixer_pair(omega, gamma)
     channel = [largest_singular_value(mixer_weight(C, gamma, seed + k)) for k in _seed_range(seeds)]
     token = [largest_singular_value(mixer_weight(S, gamma, seed + seeds + k)) for k in _seed_range(seeds)]
     return {"C": C, "S": S, "m": C * S, "p": (1 / C + 1 / S) / 2, "lambda_max_channel": float(np.mean(channel)),
@@ -286,8 +325,11 @@ def mixer_baseline(omega: str | int | float, gamma: float = 1.0, seeds: int = 3,
 def spectrum_report(omega: str | int | float = 2**16, gamma: float = 1.0, widths: Sequence[int] | None = None,
                     seeds: int = 3, seed: int = 0) -> dict:
     """Fig. 4 right as data: {"omega", "gamma", "c_gamma", "mixer": :func:`mixer_baseline`,
-    "rows": :func:`lambda_max_sweep`}."""
+    "rows": :func:`lambda_max_sweep`}; every weight's size is checked before any is drawn."""
     omega, gamma = float(parse_omega(omega)), check_positive("γ (gamma)", gamma)
+    _mixer_pair(omega, gamma)
+    _sweep_sizes(omega, gamma, widths)
+    _seed_range(seeds)
     return {"omega": omega, "gamma": gamma, "c_gamma": c_gamma(gamma),
             "mixer": mixer_baseline(omega, gamma, seeds, seed),
             "rows": lambda_max_sweep(omega, gamma, widths, seeds, seed)}

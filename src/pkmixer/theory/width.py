@@ -25,8 +25,10 @@ import numpy as np
 
 from ..errors import ConfigError, check_density, check_positive, check_positive_int
 
-# larger Ω are refused, expressions while they are evaluated (which also guards against 9**9**9)
-MAX_OMEGA = 10**30
+# larger Ω are refused, expressions while they are evaluated (which also guards against 9**9**9); so is a larger
+# Ω/γ, which sets every size below: C* = (Ω/γ)^(1/3) ≤ 1e10, widths up to MAX_WIDTH = (Ω/γ)^(2/3) ≤ 1e20
+MAX_OMEGA = 1e30
+MAX_WIDTH = 1e20
 MAX_EXPRESSION_LENGTH = 200
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.Pow: operator.pow}
@@ -98,13 +100,31 @@ def _gamma(value: object) -> float:
     return check_positive("γ (gamma)", value)
 
 
+def _omega_gamma(omega: str | int | float, gamma: object) -> tuple[float, float]:
+    """(Ω, γ), refused (ConfigError) when Ω/γ exceeds :data:`MAX_OMEGA`: its Mixer widths (Ω/γ)^(2/3) would
+    be beyond :data:`MAX_WIDTH`, and their squares beyond what floats hold, before γ is as small as 1e-300."""
+    omega, gamma = _omega(omega), _gamma(gamma)
+    if omega / gamma > MAX_OMEGA:
+        raise ConfigError(f"Ω/γ = {omega / gamma:.3g} is beyond {MAX_OMEGA:.0e} (Ω={omega:g}, γ={gamma:g}): its "
+                          f"widths would exceed {MAX_WIDTH:.0e}; raise γ or lower Ω")
+    return omega, gamma
+
+
+def _size(name: str, value: object) -> int:
+    """A positive integer size no larger than :data:`MAX_WIDTH`."""
+    check_positive_int(name, value)
+    if value > MAX_WIDTH:
+        raise ConfigError(f"{name}={value} is beyond {MAX_WIDTH:.0e}, the largest width at any Ω")
+    return value
+
+
 # ---- the Mixer at fixed Ω --------------------------------------------------------------------------------
 
 
 def mixer_omega(C: int, S: int, gamma: float = 1.0) -> float:
     """Ω = γ (C S² + C² S)/2 of an MLP-Mixer (Eq. 14; S-Mixer: γ = 1)."""
-    check_positive_int("C", C)
-    check_positive_int("S", S)
+    _size("C", C)
+    _size("S", S)
     return _gamma(gamma) * (C * S * S + C * C * S) / 2
 
 
@@ -115,13 +135,16 @@ def _exact_tokens(omega: float, C: float, gamma: float) -> float:
 def mixer_width(omega: str | int | float, C: float, gamma: float = 1.0) -> float:
     """The effective width m(C) = C·S(C) with the exact, unrounded S (the curve of Fig. 3)."""
     C = check_positive("C", C)
-    return C * _exact_tokens(_omega(omega), C, _gamma(gamma))
+    if C > MAX_WIDTH:
+        raise ConfigError(f"C={C:g} is beyond {MAX_WIDTH:.0e}, the largest width at any Ω")
+    omega, gamma = _omega_gamma(omega, gamma)
+    return C * _exact_tokens(omega, C, gamma)
 
 
 def tokens_for_channels(omega: str | int | float, C: int, gamma: float = 1.0) -> int:
     """S = (√(C² + 8Ω/(γC)) − C)/2 rounded to the nearest integer (Sec. 4.1). ConfigError if it rounds to 0."""
-    check_positive_int("C", C)
-    omega, gamma = _omega(omega), _gamma(gamma)
+    _size("C", C)
+    omega, gamma = _omega_gamma(omega, gamma)
     S = _nearest_int(_exact_tokens(omega, C, gamma))
     if S < 1:
         raise ConfigError(f"C={C} is too large for Ω={omega:g}, γ={gamma:g}: S would round to 0")
@@ -130,13 +153,15 @@ def tokens_for_channels(omega: str | int | float, C: int, gamma: float = 1.0) ->
 
 def width_bounds(omega: str | int | float, gamma: float = 1.0) -> tuple[float, float]:
     """(lower, upper) bounds of a Mixer's effective width at fixed Ω (S.45)."""
-    ratio = _omega(omega) / _gamma(gamma)
+    omega, gamma = _omega_gamma(omega, gamma)
+    ratio = omega / gamma
     return (math.sqrt(1 + 8 * ratio) - 1) / 2, ratio ** (2 / 3)
 
 
 def optimal_channels(omega: str | int | float, gamma: float = 1.0) -> float:
     """C* = S* = (Ω/γ)^{1/3}, where m = S·C is largest (Eq. 15)."""
-    return (_omega(omega) / _gamma(gamma)) ** (1 / 3)
+    omega, gamma = _omega_gamma(omega, gamma)
+    return (omega / gamma) ** (1 / 3)
 
 
 def symmetric_pairs(omega: str | int | float, gamma: float = 1.0, channels: Sequence[int] | None = None,
@@ -149,7 +174,7 @@ def symmetric_pairs(omega: str | int | float, gamma: float = 1.0, channels: Sequ
     ``count=3, c_min=16`` and its Ω = 2^27 list ``count=2, c_min=128``; its Ω = 2^18 list uses C = 16, 32, 48
     (multiples of 16, not geometric), so pass those C values and their S values as ``channels``.
     """
-    omega, gamma = _omega(omega), _gamma(gamma)
+    omega, gamma = _omega_gamma(omega, gamma)
     if (channels is None) == (count is None):
         raise ConfigError("give exactly one of channels (a list of C) or count (C values below C*)")
     if channels is not None:
@@ -173,21 +198,26 @@ def symmetric_pairs(omega: str | int | float, gamma: float = 1.0, channels: Sequ
 
 
 def swmlp_width(omega: str | int | float, density: float, gamma: float = 1.0) -> int:
-    """m = √(Ω/(γp)) rounded to the nearest integer (Eq. 13, S.43)."""
+    """m = √(Ω/(γp)) rounded to the nearest integer (Eq. 13, S.43); ConfigError beyond :data:`MAX_WIDTH`."""
     p = check_density("density p", density)
-    return max(1, _nearest_int(math.sqrt(_omega(omega) / (_gamma(gamma) * p))))
+    omega, gamma = _omega_gamma(omega, gamma)
+    m = math.sqrt(omega / gamma / p)
+    if m > MAX_WIDTH:
+        raise ConfigError(f"density p={p:g} at Ω={omega:g}, γ={gamma:g} gives an SW-MLP width m = √(Ω/(γp)) = "
+                          f"{m:.3g}, beyond {MAX_WIDTH:.0e}; raise p")
+    return max(1, _nearest_int(m))
 
 
 def gamma_at_width(omega: str | int | float, m: int, C: float) -> float:
     """γ = 2Ω/(m(C + m/C)) of a Mixer with S·C = m fixed (App. D.3)."""
-    check_positive_int("m", m)
+    _size("m", m)
     C = check_positive("C", C)
     return 2 * _omega(omega) / (m * (C + m / C))
 
 
 def max_gamma_at_width(omega: str | int | float, m: int) -> tuple[float, float]:
     """(C*, γ_max) = (√m, Ω/(m√m)): the channels at which γ at fixed m peaks, and that peak (S.46)."""
-    check_positive_int("m", m)
+    _size("m", m)
     return math.sqrt(m), _omega(omega) / (m * math.sqrt(m))
 
 
@@ -220,7 +250,7 @@ class WidthSummary:
 
 def width_summary(omega: str | int | float, gamma: float = 1.0) -> WidthSummary:
     """The Mixer's widest point at fixed Ω (Eq. 15), its density, and the width bounds (S.45)."""
-    omega, gamma = _omega(omega), _gamma(gamma)
+    omega, gamma = _omega_gamma(omega, gamma)
     c_star = optimal_channels(omega, gamma)
     m_max = (omega / gamma) ** (2 / 3)
     C = max(1, _nearest_int(c_star))
@@ -245,7 +275,7 @@ def width_table(omega: str | int | float, gamma: float = 1.0, channels: Sequence
     rows (``kind="swmlp"``, C = S = None) give m = √(Ω/(γp)) for each density in ``densities`` (S.43) and
     ``omega`` = γ p m². With none of channels, count and densities, the table is ``count=3``.
     """
-    omega, gamma = _omega(omega), _gamma(gamma)
+    omega, gamma = _omega_gamma(omega, gamma)
     if channels is None and count is None and densities is None:
         count = 3
     rows = []
@@ -262,7 +292,7 @@ def fixed_width_table(omega: str | int | float, m: int, channels: Sequence[int] 
     """Rows C, S = m/C, gamma (S.46) of Mixers with S·C = m at fixed Ω; ``channels`` defaults to every divisor
     of m. ConfigError if a C does not divide m."""
     omega = _omega(omega)
-    check_positive_int("m", m)
+    _size("m", m)
     if channels is None:
         channels = [C for C in range(1, math.isqrt(m) + 1) if m % C == 0]
         channels = sorted(set(channels) | {m // C for C in channels})

@@ -31,14 +31,21 @@ class Context:
         return self.rank == 0
 
 
+def uses_cuda(device_choice: str) -> bool:
+    """Whether a run with ``run.device=device_choice`` trains on CUDA (``auto``: when torch sees a device);
+    ConfigError when it asks for CUDA and there is none - checked before a run writes anything."""
+    if device_choice == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("run.device=cuda, but torch sees no CUDA device on this machine; "
+                          "use --set run.device=cpu (or auto: CUDA when there is a device)")
+    return device_choice == "cuda" or (device_choice == "auto" and torch.cuda.is_available())
+
+
 def setup(device_choice: str) -> Context:
     """The device and, under torchrun, the process group."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if device_choice == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("run.device=cuda but no CUDA device is available")
-    use_cuda = device_choice == "cuda" or (device_choice == "auto" and torch.cuda.is_available())
+    use_cuda = uses_cuda(device_choice)
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)

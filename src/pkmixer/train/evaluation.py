@@ -94,6 +94,7 @@ def evaluate_checkpoint(path: str | Path, overrides: dict[str, Any] | None = Non
     """
     imported = import_checkpoint(path).model
     cfg = build_config(None, {**(overrides or {}), "model.name": imported.spec.name, "model.init": str(path)})
+    dist_.uses_cuda(cfg.run.device)  # run.device=cuda on a machine without one: refused, not run on the CPU
     data = resolve_data_name(cfg.data, log)
     ctx = _eval_context(cfg.run.device)
     sets = build_splits(data, cfg.run.seed, ("test",))

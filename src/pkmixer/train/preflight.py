@@ -1,5 +1,5 @@
-"""What a new run needs, checked before anything is written: the run directory, the data folder, the
-``model.init`` file, a head with at least the data set's classes, and memory for the model's training state.
+"""What a new run needs, checked before anything is written: the device, the run directory, the data folder,
+the ``model.init`` file, a head with at least the data set's classes, and memory for the model's training state.
 ``pkmixer train`` and ``pkmixer finetune`` call :func:`preflight`; the run's own engine checks the head again
 against the split it built (:func:`check_head_classes`, the one home of that check)."""
 from __future__ import annotations
@@ -13,6 +13,7 @@ from ..errors import ConfigError, check_input_file, check_output_path
 from ..models.budget import available_memory
 from ..models.registry import create_model
 from .config import DataConfig, ModelConfig, TrainConfig
+from .distributed import uses_cuda
 
 
 def check_head_classes(model_classes: int, data_classes: int, data_name: str) -> None:
@@ -37,9 +38,10 @@ def model_options(model: ModelConfig, data: DataConfig) -> dict[str, Any]:
 
 
 def preflight(cfg: TrainConfig, run_dir: str | Path) -> None:
-    """What a new run will need, checked before its directory is made: a run directory that can be created,
-    the data folder, the model.init file, a model that builds (on the meta device) with at least the data
-    set's classes, and memory for its weights, gradients and optimizer state."""
+    """What a new run will need, checked before its directory is made: the device it asks for, a run directory
+    that can be created, the data folder, the model.init file, a model that builds (on the meta device) with at
+    least the data set's classes, and memory for its weights, gradients and optimizer state."""
+    cuda = uses_cuda(cfg.run.device)
     check_output_path(run_dir, "run directory", folder=True)  # an existing one: train() refuses it
     d, m = cfg.data, cfg.model
     if d.data_dir is not None:
@@ -56,9 +58,7 @@ def preflight(cfg: TrainConfig, run_dir: str | Path) -> None:
     weights = sum(t.numel() * t.element_size() for t in model.parameters())
     buffers = sum(t.numel() * t.element_size() for t in model.buffers())
     need = weights * (4 if cfg.optim.name == "adamw" else 3) + buffers  # weights, gradients, optimizer state
-    device = torch.device("cuda") if cfg.run.device == "cuda" or (cfg.run.device == "auto" and
-                                                                   torch.cuda.is_available()) else None
-    free = available_memory(device)
+    free = available_memory(torch.device("cuda") if cuda else None)
     if need > free:
         raise ConfigError(f"{m.name} needs about {need / 2**30:.3g} GiB for its weights, gradients and optimizer "
                           f"state, beyond the {free / 2**30:.3g} GiB available; make it smaller")

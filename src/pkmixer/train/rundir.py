@@ -127,6 +127,22 @@ def hold_lock(path: Path, what: str) -> int:
     return fd
 
 
+def remove_if_untouched(root: Path, made_parents: tuple[Path, ...] = ()) -> bool:
+    """Remove ``root`` if it holds only its ``.lock`` (a run or sweep directory made for an attempt that wrote
+    nothing), then the folders made above it (``made_parents``, the deepest first) while they are empty; True
+    if ``root`` was removed."""
+    if {p.name for p in root.iterdir()} != {".lock"}:
+        return False
+    (root / ".lock").unlink()
+    root.rmdir()
+    for folder in made_parents:  # one another process filled stays
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+    return True
+
+
 class RunLock:
     """The lock of the one process that trains a run directory (``flock`` on ``.lock``, released by the
     kernel when the process dies, however it dies). A second process is refused at once."""
@@ -145,16 +161,9 @@ class RunLock:
     def __exit__(self, kind: type | None, *exc: object) -> None:
         if self.fd is None:
             return
-        if kind is not None and issubclass(kind, ConfigError):  # refused input: leave no trace of the attempt
-            if self.made_dir and {p.name for p in self.run.root.iterdir()} == {".lock"}:
-                self.run.lock.unlink()
-                self.run.root.rmdir()
-                for folder in self.made_parents:  # the deepest first; one another process filled stays
-                    try:
-                        folder.rmdir()
-                    except OSError:
-                        break
-            elif self.made_file:
+        # refused input, or a first write the machine refused (no space, no permission): leave no trace of the attempt
+        if kind is not None and issubclass(kind, (ConfigError, OSError)):
+            if not (self.made_dir and remove_if_untouched(self.run.root, self.made_parents)) and self.made_file:
                 self.run.lock.unlink()
         os.close(self.fd)  # after the unlink: no other process can lock the removed file meanwhile
         self.fd = None
