@@ -315,19 +315,23 @@ class TrendRules:
     scale: float = 100.0
     unit: str = " points"
     value: str = "error"
+    axis: str = "width"
+    claim: str = "below"  # "above" for a claim that the value rises (a training loss with sparsity)
 
     def slope(self, log_widths: Sequence[float]) -> ArmRule:
-        return ArmRule(f"least-squares slope of the {self.value} on log₂ width (means over seeds, per doubling)",
-                       slope_on(log_widths), "below", 0.0, level=self.level, scale=self.scale, unit=self.unit)
+        return ArmRule(f"least-squares slope of the {self.value} on log₂ {self.axis} (means over seeds, per doubling)",
+                       slope_on(log_widths), self.claim, 0.0, level=self.level, scale=self.scale, unit=self.unit)
 
     def end(self, widest: Sequence[int], following: Sequence[int], arms: int) -> ArmRule:
         """The end part on arms ``widest`` (the widest width's arms) against arms ``following`` (the next width's)."""
         weights = np.zeros(arms)
         weights[list(widest)] += 1.0 / len(widest)
         weights[list(following)] -= 1.0 / len(following)
-        return ArmRule(f"{self.value} at the widest minus the next-widest width (means over seeds)",
-                       contrast(weights), "below", self.margin, level=self.level, scale=self.scale, unit=self.unit,
-                       margins=self.margins, reason=self.reason)
+        sign = 1.0 if self.claim == "below" else -1.0  # "above": the end part is the next minus the widest
+        what = "the widest minus the next-widest" if sign > 0 else "the next-widest minus the widest"
+        return ArmRule(f"{self.value} at {what} {self.axis} (means over seeds)", contrast(sign * weights), "below",
+                       self.margin, level=self.level, scale=self.scale, unit=self.unit, margins=self.margins,
+                       reason=self.reason)
 
 
 def trend_parts(rules: TrendRules, table: Mapping[Any, Sequence[float]], widths: Sequence[float], label: str,
@@ -337,13 +341,15 @@ def trend_parts(rules: TrendRules, table: Mapping[Any, Sequence[float]], widths:
     distinct = sorted(set(widths))
     if len(distinct) < 2:
         return []
+    grows = "falls" if rules.claim == "below" else "rises"
     parts = [arm_verdict(rules.slope(np.log2(np.asarray(widths, dtype=float))), table,
-                         f"{label}: {rules.value} falls as the width grows", quote=quote, extra=extra)]
+                         f"{label}: {rules.value} {grows} as the {rules.axis} grows", quote=quote, extra=extra)]
     if len(distinct) >= 3:
         widest = [i for i, w in enumerate(widths) if w == distinct[-1]]
         following = [i for i, w in enumerate(widths) if w == distinct[-2]]
         parts.append(arm_verdict(rules.end(widest, following, len(widths)), table,
-                                 f"{label}: the widest is no worse than the next-widest", quote=quote, extra=extra))
+                                 f"{label}: the widest {rules.axis} is no worse than the next", quote=quote,
+                                 extra=extra))
     return parts
 
 
