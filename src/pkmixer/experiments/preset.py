@@ -82,7 +82,10 @@ class Preset(ABC):
     decided_on: str = "final_test_error"
     decided_on_why: str = ("the paper reports the test error after its whole cosine schedule and describes no model "
                            "selection (App. C); the validation-selected error is reported beside it")
-    budget: dict[str, str] = {}  # scale -> the estimated time of its sweep and where the estimate comes from
+    quotes: tuple = ()  # the paper's words this preset tests (Quote), where its module holds another preset's too
+    rule_names: tuple[str, ...] = ()  # the module constants that are this preset's rules, where its module is shared
+    testable: bool = True  # False: no run of this repository can decide the claim (existential, other data sets)
+    untestable_reason: str = ""
 
     def regime(self, scale: str, dataset: str | None):
         """The claim's regime at ``scale`` (:class:`pkmixer.experiments.regime.Regime`), None where none is
@@ -106,8 +109,11 @@ class Preset(ABC):
         from .stats import Rule
 
         module = sys.modules[type(self).__module__]
-        kinds = (Rule, ArmRule, TrendRules, AroundRules, Quote)
-        return [value for _, value in sorted(vars(module).items()) if isinstance(value, kinds)]
+        kinds = (Rule, ArmRule, TrendRules, AroundRules)
+        rules = [value for name, value in sorted(vars(module).items()) if isinstance(value, kinds)
+                 and (not self.rule_names or name in self.rule_names)]
+        quotes = list(self.quotes) or [value for _, value in sorted(vars(module).items()) if isinstance(value, Quote)]
+        return rules + quotes
 
     def rules_hash(self) -> str:
         """A hash of :meth:`rules`: recorded with the results they decided."""

@@ -106,6 +106,8 @@ class Fig2(Preset):
     allowed_datasets = recipes.allowed(datasets, ("cifar10",))
 
     scales = ("paper", "medium", "small", "smoke")
+    quotes = (QUOTE_SPARSE, QUOTE_PEAK)
+    rule_names = ("SPARSE_RULE", "PEAK_RULE")
     decided_on = "CKA of the final weights"
     decided_on_why = "App. C.1 computes CKA among features of the trained networks"
 
@@ -274,6 +276,8 @@ class Fig2d(Preset):
     allowed_datasets = recipes.allowed(datasets, ("mnist",))
     scales = ("paper", "medium", "small", "smoke")
     default_seeds = {"paper": 5, "medium": 5, "small": 3, "smoke": 1}
+    quotes = (QUOTE_COMPARABLE,)
+    rule_names = ("COMPARABLE_RULE",)
 
     def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         recipe = {"paper": lambda: recipes.paper_mnist(dataset),

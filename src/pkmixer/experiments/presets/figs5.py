@@ -59,6 +59,9 @@ class FigS5(Preset):
     scale_datasets = recipes.SCALE_DATASETS
     allowed_datasets = recipes.allowed(datasets, recipes.PAPER_CIFAR)
     scales = ("paper", "medium", "small", "smoke")
+    testable = False
+    untestable_reason = ("a side note outside the study's scope, about CIFAR-10/100 and STL-10: its point is that the "
+                         "optimum depends on the data, so another data set cannot contradict it")
 
     def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         seeder = self
@@ -109,9 +112,7 @@ class FigS5(Preset):
                             f"{'inside' if interior else 'at the end of'} the swept range "
                             f"P = {min(patches)}-{max(patches)}")
         verdicts = [not_testable("An optimal patch size that depends on the data (C₀ = 48 for CIFAR, 108 for STL-10)",
-                                 "a side note outside the study's scope, about CIFAR-10/100 and STL-10: its point is "
-                                 "that the optimum depends on the data, so another data set cannot contradict it",
-                                 QUOTE)]
+                                 self.untestable_reason, QUOTE)]
         fields = measures.conclude(self, rows, scale, verdicts)
         verdict = "; ".join(findings) + "." if findings else "No run finished."
         verdict += measures.headline(fields)

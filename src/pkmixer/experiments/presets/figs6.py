@@ -256,6 +256,8 @@ class FigS6(_Overfitting):
     claim = ("The normal S-Mixer overfits more than twice as much as the RP S-Mixer, especially at the largest C "
              "(smallest S): RP regularises beyond the token-mixing side.")
     source = "Hayase & Karakida Fig. S.6, App. D.7"
+    quotes = (QUOTE_S6,)
+    rule_names = ("TWICE_RULE",)
     families = {"S-Mixer": {"name": "smixer_s64_32"}, "RP S-Mixer": {"name": "rp_smixer_s64_32"}}
 
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
@@ -308,6 +310,8 @@ class FigS7(_Overfitting):
     claim = ("With AutoAugment and MLP-Mixers (γ = 4), the RP model still ends with the lower test loss at the "
              "largest C, while its training loss stays above the normal model's.")
     source = "Hayase & Karakida Fig. S.7, App. D.7"
+    quotes = (QUOTE_S7_TEST, QUOTE_S7_TRAIN)
+    rule_names = ("TEST_LOSS_RULE", "TRAIN_LOSS_RULE")
     gamma = 4.0
     paper_data = {"batch_size": 256, "auto_augment": "cifar10"}
     medium = ({"train_subset": 2000, "test_subset": 2000}, 50)  # γ = 4 and AutoAugment: 9 times the time per image
