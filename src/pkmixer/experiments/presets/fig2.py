@@ -58,7 +58,7 @@ from ..probes import load_grams
 from ..regime import Departures, Quantity, Regime
 from ..rules import ArmRule, Quote, arm_verdict, contrast
 from ..stats import (Rule, aggregate, bootstrap_verdict, format_mean_std, interval_text, mean_std,
-                     per_seed_difference, per_seed_table, summary)
+                     per_seed_difference, summary)
 from ..sweep import RunSpec, SweepDir
 from . import measures, recipes
 from .measures import finished

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from ...theory.width import fixed_width_table
 from ..preset import Analysis, Preset, register_preset
-from ..regime import Departures, Quantity, Regime, constant
+from ..regime import Departures, Quantity, Regime
 from ..rules import AroundRules, Quote, TrendRules, around_parts, trend_parts
 from ..stats import aggregate, format_mean_std, interval_text, per_seed_trend, rank_correlation, summary
 from ..sweep import RunSpec

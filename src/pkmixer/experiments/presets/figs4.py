@@ -43,7 +43,6 @@ from ..stats import (SUPPORTED, aggregate, bootstrap_interval, format_mean_std, 
                      per_seed_difference, per_seed_table, summary)
 from ..sweep import RunSpec
 from . import measures, recipes
-from .measures import finished
 
 QUOTE_FIRST = Quote("App. D.5", "Interestingly, when the accuracy deterioration apparently appears (e.g., cases of "
                                 "CIFAR-10 and STL-10 in Figure 7), this deterioration is attributed to the first block.")
