@@ -2,16 +2,13 @@
 the verdict on constructed training curves, and the spectrum panels against pkmixer.theory.spectrum."""
 import math
 
-import numpy as np
 import pytest
-from matplotlib.figure import Figure
 
 from pkmixer.errors import ConfigError
 from pkmixer.experiments import get_preset, run_sweep
 from pkmixer.experiments.presets import figs1
 from pkmixer.experiments.report import write_report
 from pkmixer.models.registry import model_entry
-from pkmixer.theory.spectrum import alpha_scaling_singular_values, alpha_sweep
 from pkmixer.theory.width import mixer_omega
 
 PRESET = get_preset("figs1")
@@ -62,25 +59,6 @@ def test_bad_input_is_one_clear_error():
     assert figs1.scaling_index(2**12, 1 / 16) == pytest.approx(1 / 3)
 
 
-def test_medium_is_the_small_models_on_all_of_fashion_mnist():
-    specs, small = PRESET.runs("medium", None), PRESET.runs("small", None)
-    trained, doubled = [s for s in specs if "doubles" not in s.meta], [s for s in specs if "doubles" in s.meta]
-    assert len(trained) == 50 and sorted({s.meta["seed"] for s in trained}) == [0, 1, 2, 3, 4]
-    for point in {(s.meta["model"], s.meta["width"]) for s in trained}:  # every point on the same five seeds
-        assert sorted(s.meta["seed"] for s in trained if (s.meta["model"], s.meta["width"]) == point) == [0, 1, 2, 3, 4]
-    assert {s.name: s.config.model for s in trained} == {s.name: s.config.model for s in small}
-    cfg = trained[0].config
-    assert (cfg.data.name, cfg.data.train_subset, cfg.data.test_subset, cfg.schedule.epochs) == \
-        ("fashion-mnist", None, None, 10)
-    # the convergence check: the ends of the verdict's region, p = Ω^(-1/3) (m = 256) and the sparsest (m = 2048)
-    by_name = {s.name: s for s in specs}
-    assert sorted(s.meta["width"] for s in doubled) == [256, 2048] and {s.meta["seed"] for s in doubled} == {0}
-    for spec in doubled:
-        base = by_name[spec.meta["doubles"]]
-        assert spec.config.schedule.epochs == 20 and spec.config.model == base.config.model
-    assert figs1.SPECTRA["medium"] == figs1.SPECTRA["paper"]  # 50 draws cost seconds
-
-
 # ---- the verdict on constructed runs -------------------------------------------------------------------------
 
 
@@ -104,77 +82,7 @@ def _decisions(analysis):
     return [v.decision for v in analysis.verdicts]
 
 
-def test_verdict_supported_when_the_loss_rises_beyond_the_optimum(tmp_path, monkeypatch):
-    monkeypatch.setitem(figs1.SPECTRA, "small", CHEAP)
-    rows = _sweep(tmp_path, lambda a: 0.3 + abs(a - 1 / 3), diverged={"swmlp-m2048-s4"})
-    analysis = PRESET.analyze(rows, tmp_path, "small")
-    assert analysis.supported is True and _decisions(analysis) == ["supported"] * 3
-    assert analysis.verdicts[0].estimate == 1.0 and analysis.verdicts[0].seeds == 5
-    table = {(t["model"], t["width"]): t for t in analysis.tables["figs1"]}
-    assert table[("SW-MLP", 2048)]["diverged"] == 1 and table[("SW-MLP", 2048)]["seeds"] == 4
-    assert table[("SW-MLP", 256)]["train_loss_mean"] == pytest.approx(0.3 + 0.002)  # the last epoch's loss
-    assert table[("SW-MLP", 256)]["alpha"] == pytest.approx(1 / 3)
-    assert analysis.figures["figs1"] and isinstance(analysis.figures["figs1"], Figure)
-
-
-def test_verdict_contradicted_when_the_loss_falls_with_sparsity(tmp_path, monkeypatch):
-    monkeypatch.setitem(figs1.SPECTRA, "small", CHEAP)
-    analysis = PRESET.analyze(_sweep(tmp_path, lambda a: 1.0 - a), tmp_path, "small")
-    assert analysis.supported is False and _decisions(analysis) == ["contradicted", "supported", "supported"]
-
-
-def test_medium_verdict_leaves_the_doubling_check_out(tmp_path, monkeypatch):
-    monkeypatch.setitem(figs1.SPECTRA, "medium", CHEAP)
-    rows = _sweep(tmp_path, lambda a: 0.3 + abs(a - 1 / 3), scale="medium")
-    assert len(rows) == 52
-    plain = PRESET.analyze([r for r in rows if not r.get("doubles")], tmp_path, "medium")
-    analysis = PRESET.analyze(rows, tmp_path, "medium")
-    assert analysis.verdicts == plain.verdicts and analysis.supported is True
-    assert analysis.tables["figs1"] == plain.tables["figs1"] and "figs1_doubling" not in plain.tables
-    check = {c["width"]: c for c in analysis.tables["figs1_doubling"]}
-    assert sorted(check) == [256, 2048] and all(c["converged"] for c in check.values())
-    assert check[2048]["train_loss"] == pytest.approx(0.3 + 10 / 12 - 1 / 3)  # seed 0, α = 10/12
-    assert check[2048]["train_loss_doubled"] == pytest.approx(check[2048]["train_loss"] - 0.01)
-    assert "less than 0.5 points" in analysis.verdict and "epoch doubling" in analysis.numbers
-    assert "swmlp-m2048-s0: 0.8000 -> 0.7900" in analysis.numbers["epoch doubling: final training loss"]
-
-
-def test_verdict_undecided_with_two_seeds(tmp_path, monkeypatch):
-    monkeypatch.setitem(figs1.SPECTRA, "small", CHEAP)
-    analysis = PRESET.analyze(_sweep(tmp_path, lambda a: 0.3 + abs(a - 1 / 3), seeds=2), tmp_path, "small")
-    assert analysis.supported is None and analysis.verdicts[0].decision == "undecided"
-    assert "2 seeds: a 90 % rule needs 5" in analysis.verdict
-
-
 # ---- the spectrum panels (no training) -------------------------------------------------------------------------
-
-
-def test_centre_and_right_panels_are_the_theory_modules(tmp_path):
-    s = figs1.SPECTRA["smoke"]
-    analysis = PRESET.analyze([], tmp_path, "smoke")
-    right = analysis.tables["figs1_spectrum"]
-    direct = alpha_sweep(s.omega, s.alphas, seeds=s.draws)
-    assert [r["lambda_max_mean"] for r in right] == [r["lambda_max_mean"] for r in direct]
-    assert [(r["m"], r["p"]) for r in right] == [(r["m"], r["p"]) for r in direct]
-    assert np.all(np.diff([r["lambda_max_mean"] for r in right]) > 0)  # grows monotonically with α
-    pooled = np.concatenate([alpha_scaling_singular_values(s.omega, s.centre, seed=k) for k in range(s.draws)])
-    centre = analysis.tables["figs1_histogram"]
-    assert sum(h["density"] * (h["high"] - h["low"]) for h in centre) == pytest.approx(1.0)
-    assert centre[-1]["high"] == pytest.approx(pooled.max())
-    key = next(k for k in analysis.numbers if "share of zero singular values" in k)
-    assert analysis.numbers[key] == pytest.approx(np.mean(pooled < figs1.ZERO), abs=1e-4)
-    assert analysis.numbers[key] > 0.5  # "peaked around zero": most rows of Z keep no weight at p = Ω^-1.5
-    assert [v.decision for v in analysis.verdicts] == ["undecided"] * 3 and analysis.supported is None
-
-
-def test_monotone_rule_sees_a_dip(tmp_path, monkeypatch):
-    """The monotonicity part is contradicted when one step of the mean λ_max goes down in every draw."""
-    tops = np.tile([2.0, 2.5, 2.4, 3.0], (5, 1)) + np.linspace(0, 0.01, 5)[:, None]
-    monkeypatch.setitem(figs1.SPECTRA, "small", CHEAP)
-    monkeypatch.setattr(figs1, "_spectrum", lambda s: (tops, np.linspace(0.0, 3.0, 50)))
-    analysis = PRESET.analyze([], tmp_path, "small")
-    assert _decisions(analysis)[1:] == ["supported", "contradicted"]
-    assert analysis.verdicts[2].estimate == pytest.approx(-0.1) and analysis.supported is False
 
 
 # ---- the smoke sweep ----------------------------------------------------------------------------------------------

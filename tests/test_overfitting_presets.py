@@ -105,8 +105,3 @@ def _figs8(rp_end, rp_slope):
     return get_preset("figs8").analyze(_rows("figs8", curve), None, "medium")
 
 
-def test_figs8_rules_decide_at_medium_scale():
-    good = _figs8(-0.05, -0.002)
-    assert _decisions(good) == ["supported"] * 3 and good.supported is True
-    assert good.verdicts[2].estimate == pytest.approx(-0.002)  # the slope over epochs 31-40
-    assert _decisions(_figs8(0.05, 0.002)) == ["contradicted"] * 3

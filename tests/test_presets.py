@@ -413,38 +413,6 @@ def _decisions(analysis):
     return [v.decision for v in analysis.verdicts]
 
 
-def test_fig6_verdict(tmp_path):
-    preset = get_preset("fig6")
-    good = preset.analyze(_fig6_rows((32, 32)), tmp_path, "small")
-    assert good.supported is True and _decisions(good) == ["supported"] * 2
-    assert good.verdicts[0].estimate == pytest.approx(-0.02 * math.log2(56 / 16))  # (32, 32) against (56, 16)
-    bad = preset.analyze(_fig6_rows((87, 8)), tmp_path, "small")
-    assert bad.supported is False and "away from C = S" in bad.verdict and _decisions(bad) == ["contradicted"] * 2
-    few = preset.analyze(_fig6_rows((32, 32), seeds=(0, 1, 2)), tmp_path, "small")
-    assert few.supported is None and "3 seeds: a 90 % rule needs 5" in few.verdict
-
-
-def test_fig7_verdict(tmp_path):
-    def rows(deep_gap, seeds=FIVE):
-        points = [({"model": "S-Mixer", "depth": L}, 0.20) for L in (1, 2, 4, 8)]
-        points += [({"model": "RP S-Mixer", "depth": L}, 0.20 + g) for L, g in zip((1, 2, 4, 8), (0.05, 0.03, 0.02,
-                                                                                                  deep_gap))]
-        return _rows(points, seeds)
-
-    preset = get_preset("fig7")
-    good = preset.analyze(rows(0.001), tmp_path, "small")
-    assert good.supported is True and _decisions(good) == ["supported"] * 3
-    bad = preset.analyze(rows(0.06), tmp_path, "small")
-    assert bad.supported is False and _decisions(bad) == ["supported", "contradicted", "contradicted"]
-    assert preset.analyze(rows(0.001, seeds=(0, 1)), tmp_path, "small").supported is None  # 2 seeds decide nothing
-    no_deficit = _rows([({"model": "S-Mixer", "depth": L}, 0.20) for L in (1, 2, 4, 8)]
-                       + [({"model": "RP S-Mixer", "depth": L}, 0.20 - g) for L, g in zip((1, 2, 4, 8),
-                                                                                      (0.05, 0.03, 0.02, 0.01))], FIVE)
-    undecided = preset.analyze(no_deficit, tmp_path, "small")
-    assert undecided.supported is None and "cannot be judged" in undecided.verdict
-    assert undecided.verdicts[0].decision == "contradicted"
-
-
 def _fig5_rows(sign, seeds=FIVE, noise=0.0):
     rng = np.random.default_rng(0)
     rows = []
@@ -456,60 +424,6 @@ def _fig5_rows(sign, seeds=FIVE, noise=0.0):
                              "width": m, "density": 4.0**-i if sw else None, "seed": seed, "run": f"{family}-{m}-s{seed}",
                              "status": "finished", "final_test_error": 0.3 + sign * 0.02 * i + noise * rng.normal()})
     return rows
-
-
-def test_fig5_verdict(tmp_path):
-    preset = get_preset("fig5")
-    good = preset.analyze(_fig5_rows(-1), tmp_path, "small")
-    assert good.supported is True and _decisions(good) == ["supported"] * 3
-    assert good.verdicts[0].estimate == -1.0 and good.verdicts[0].interval == (-1.0, -1.0)
-    assert "90 % interval [−1.00, −1.00] over 5 seeds (claim: < 0.00) - supported" in good.verdict
-    assert preset.analyze(_fig5_rows(+1), tmp_path, "small").supported is False
-    two = preset.analyze(_fig5_rows(-1, seeds=(0, 1)), tmp_path, "small")  # the small scale's 2 seeds
-    assert two.supported is None and _decisions(two) == ["undecided"] * 3 and "a 90 % rule needs 5" in two.verdict
-    flat = preset.analyze(_fig5_rows(0, seeds=range(8), noise=0.02), tmp_path, "small")  # no trend, only noise
-    assert flat.supported is None
-
-
-def test_fig5_two_widths_are_decided_by_the_paired_difference(tmp_path):
-    """The small scale's two S-Mixer widths: the narrowest minus the widest point's error, paired over seeds."""
-    preset = get_preset("fig5")
-    two = [r for r in _fig5_rows(-1) if r["model"] == "S-Mixer" and r["width"] in (181, 1024)]
-    result = preset.analyze(two, tmp_path, "small")
-    assert result.supported is True and result.verdicts[0].statistic == fig5.WIDEST_RULE.statistic
-    assert result.verdicts[0].estimate == pytest.approx(0.06)  # 0.30 - 0.24
-    assert "+6.00 points" in result.numbers["S-Mixer Ω=2^15: error at the narrowest minus the widest m"]
-    reversed_ = [{**r, "width": 1205 - r["width"]} for r in two]
-    assert preset.analyze(reversed_, tmp_path, "small").supported is False
-
-
-def test_fig5_medium_adds_the_epoch_doubling_check(tmp_path):
-    preset = get_preset("fig5")
-    specs = preset.runs("medium", "fashion-mnist")
-    doubled = [s for s in specs if s.meta.get("doubles")]
-    assert len(specs) == 12 * 5 + len(doubled) and len(doubled) == 6  # narrowest and widest of 3 families, seed 0
-    by_name = {s.name: s for s in specs}
-    for spec in doubled:
-        base = by_name[spec.meta["doubles"]]
-        assert spec.config.schedule.epochs == 2 * base.config.schedule.epochs == 20
-        assert spec.config.model == base.config.model and spec.meta["seed"] == 0
-    assert {(s.meta["model"], s.meta["width"]) for s in doubled} == {
-        ("S-Mixer", 504), ("S-Mixer", 1024), ("RP S-Mixer", 504), ("RP S-Mixer", 1024), ("SW-MLP", 181),
-        ("SW-MLP", 1024)}
-    small = preset.runs("small", "fashion-mnist")  # the demo: a subset of medium's runs
-    assert {s.name for s in small} < set(by_name) and all(s.config == by_name[s.name].config for s in small)
-
-    rows = _fig5_rows(-1)
-    base = next(r for r in rows if r["model"] == "SW-MLP" and r["width"] == 181 and r["seed"] == 0)
-    for change, converged, says in ((0.004, True, "less than 0.5 points"), (-0.006, False, "not fully trained"),
-                                    (0.006, False, "overfit")):  # an error that rises: overfitting, not undertraining
-        extra = {**base, "run": base["run"] + "-2x", "doubles": base["run"],
-                 "final_test_error": base["final_test_error"] + change}
-        result = preset.analyze(rows + [extra], tmp_path, "medium")
-        check = result.tables["fig5_doubling"]
-        assert len(check) == 1 and check[0]["converged"] is converged
-        assert result.verdicts == preset.analyze(rows, tmp_path, "medium").verdicts  # left out of the verdicts
-        assert says in result.verdict and ("not fully trained" in result.verdict) is (change < 0)
 
 
 def _medium(name, seeds=5):
@@ -551,107 +465,6 @@ def _with_doubled(rows, run, change):
     return rows + [{**base, "run": run + "-2x", "doubles": run, "final_test_error": base["final_test_error"] + change}]
 
 
-def test_figs2_medium_spans_2x_at_fixed_omega_and_adds_the_doubling_check(tmp_path):
-    main, doubled = _medium("figs2")
-    assert len(main) == 9 * 5 and len(doubled) == 6
-    for family in ("MLP-Mixer", "RP MLP-Mixer", "SW-MLP"):
-        assert _span(main, "width", model=family, omega=2**17) >= 2, family
-    assert {(s.meta["model"], s.meta["width"]) for s in doubled} == {
-        ("MLP-Mixer", 504), ("MLP-Mixer", 1024), ("RP MLP-Mixer", 504), ("RP MLP-Mixer", 1024), ("SW-MLP", 181),
-        ("SW-MLP", 724)}
-    assert {s.config.model.options["weight_format"] for s in _by(main, model="SW-MLP", density=1.0)} == {"masked"}
-    assert {s.config.model.options["weight_format"] for s in _by(main, model="SW-MLP", density=1 / 16)} == {"sparse"}
-
-    points = [({"model": family, "omega": 2**17, "C": None, "S": None, "width": m, "density": None}, 0.2 - 0.01 * i)
-              for family in ("MLP-Mixer", "RP MLP-Mixer", "SW-MLP") for i, m in enumerate((504, 696, 1024))]
-    rows = _rows(points, FIVE)
-    plain = get_preset("figs2").analyze(rows, tmp_path, "medium")
-    assert plain.supported is True and "figs2_doubling" not in plain.tables
-    for change, converged in ((0.004, True), (-0.02, False)):
-        result = get_preset("figs2").analyze(_with_doubled(rows, "r0-s0", change), tmp_path, "medium")
-        assert result.verdicts == plain.verdicts  # left out of the verdicts
-        assert [c["converged"] for c in result.tables["figs2_doubling"]] == [converged]
-        assert ("less than 0.5 points" in result.verdict) is converged
-
-
-def test_figs3_medium_is_the_small_design_on_all_the_images_with_the_doubling_check(tmp_path):
-    main, doubled = _medium("figs3")
-    small = get_preset("figs3").runs("small", "fashion-mnist")
-    assert len(main) == 20 * 5 and len(doubled) == 4
-    assert _models(main) == _models(small)
-    for omega in (2**13, 2**14):
-        assert _span(main, "gamma", model="MLP-Mixer", omega=omega) >= 2
-    assert {(s.meta["model"], s.meta["omega"], s.meta["C"]) for s in doubled} == {
-        ("MLP-Mixer", 2**13, 4), ("MLP-Mixer", 2**14, 16), ("RP MLP-Mixer", 2**13, 4), ("RP MLP-Mixer", 2**14, 16)}
-
-    points = []
-    for omega in (2**13, 2**14):
-        for C in (4, 8, 16, 32, 64):
-            gamma = gamma_at_width(omega, 256, C)
-            points += [({"model": family, "omega": omega, "width": 256, "C": C, "S": 256 // C, "gamma": round(gamma, 4)},
-                        0.2 - 0.01 * gamma + (0 if C == 16 else 0.05)) for family in ("MLP-Mixer", "RP MLP-Mixer")]
-    rows = _rows(points, FIVE)
-    plain = get_preset("figs3").analyze(rows, tmp_path, "medium")
-    result = get_preset("figs3").analyze(_with_doubled(rows, "r0-s0", 0.03), tmp_path, "medium")
-    assert plain.supported is True and result.verdicts == plain.verdicts
-    assert len(result.tables["figs3_doubling"]) == 1 and "overfit instead of training further" in result.verdict
-
-
-def test_figs4_figs5_medium_are_the_small_designs_on_all_the_images():
-    for name, runs, seeds in (("figs4", 6 * 8, 8), ("figs5", 12 * 5, 5)):
-        main, _ = _medium(name, seeds)
-        small = get_preset(name).runs("small", "fashion-mnist")
-        assert len(main) == runs and _models(main) == _models(small)
-    assert _medium("figs4", 8)[1] == []  # its variants share one size: no ends to double
-
-
-def test_figs5_medium_doubles_the_end_patches_and_keeps_them_out_of_the_verdict(tmp_path):
-    _, doubled = _medium("figs5")
-    assert {(s.meta["model"], s.meta["patch"], s.meta["seed"], s.config.schedule.epochs) for s in doubled} == {
-        (family, p, 0, 20) for family in ("S-Mixer", "RP S-Mixer") for p in (1, 28)}
-    rows = _rows([({"model": family, "patch": p, "C0": p * p, "S0": (28 // p) ** 2}, 0.1 + 0.01 * abs(p - 4))
-                  for family in ("S-Mixer", "RP S-Mixer") for p in (1, 2, 4, 7, 14, 28)], FIVE)
-    plain = get_preset("figs5").analyze(rows, tmp_path, "medium")
-    result = get_preset("figs5").analyze(_with_doubled(rows, "r0-s0", -0.007), tmp_path, "medium")
-    assert plain.supported is True and result.verdicts == plain.verdicts
-    assert result.tables["figs5"] == plain.tables["figs5"]
-    assert [c["converged"] for c in result.tables["figs5_doubling"]] == [False]
-    assert "not fully trained" in result.verdict
-
-
-def test_table1_medium_doubles_both_models_and_keeps_them_out_of_the_verdict(tmp_path):
-    main, doubled = _medium("table1")
-    assert len(main) == 2 * 5 and sorted(s.meta["model"] for s in doubled) == ["Mixer-SS-W/4", "Mixer-SS/7"]
-    assert {(s.meta["S"], s.meta["C"]) for s in main} == {(16, 128), (49, 57)}
-
-    base = {"model": "Mixer-SS/7", "P": 7, "S": 16, "C": 128, "gamma": 4.0, "blocks": 2, "max_width": 8192,
-            "omega": 1.0, "connections": 8.0}
-    rows = _rows([(base, 0.15), ({**base, "model": "Mixer-SS-W/4", "P": 4, "S": 49, "C": 57, "max_width": 11172},
-                                 0.12)], FIVE)
-    plain = get_preset("table1").analyze(rows, tmp_path, "medium")
-    result = get_preset("table1").analyze(_with_doubled(rows, "r1-s0", -0.001), tmp_path, "medium")
-    assert plain.supported is True and result.verdicts == plain.verdicts
-    assert result.tables["table1"] == plain.tables["table1"]  # the 20-epoch run is not a third model or seed
-    assert result.tables["table1_doubling"][0]["converged"] and "less than 0.5 points" in result.verdict
-
-
-def test_fig4_verdict(tmp_path):
-    def rows(sw_widest):
-        points = []
-        for i, (C, S) in enumerate(((2, 60), (4, 40), (8, 25), (16, 16))):
-            meta = {"C": C, "S": S, "width": C * S, "gamma_width": 2 * C * S, "density": (1 / C + 1 / S) / 2}
-            points.append(({**meta, "model": "MLP-Mixer"}, 0.4 - 0.05 * i))
-            points.append(({**meta, "model": "SW-MLP"}, 0.38 - 0.04 * i + (sw_widest if i == 3 else 0.0)))
-        return _rows(points, FIVE)
-
-    preset = get_preset("fig4")
-    good = preset.analyze(rows(0.05), tmp_path, "small")  # the widest SW-MLP 0.31 against the Mixer's 0.25
-    assert _decisions(good) == ["supported"] * 5 and good.supported is True
-    assert good.verdicts[2].estimate == pytest.approx(0.06)
-    bad = preset.analyze(rows(-0.02), tmp_path, "small")  # the widest SW-MLP better than the Mixer
-    assert bad.verdicts[2].decision == "contradicted" and bad.supported is False
-
-
 def test_table1_verdict(tmp_path):
     def rows(wide_error):
         base = {"model": "Mixer-SS/7", "P": 7, "S": 16, "C": 128, "gamma": 4.0, "blocks": 2, "max_width": 8192,
@@ -674,16 +487,6 @@ def test_figs4_verdict(tmp_path):
     preset = get_preset("figs4")
     assert preset.analyze(rows(1), tmp_path, "small").supported is True
     assert preset.analyze(rows(3), tmp_path, "small").supported is False
-
-
-def test_figs5_verdict(tmp_path):
-    def rows(best):
-        return _rows([({"model": family, "patch": p, "C0": p * p, "S0": (28 // p) ** 2}, 0.1 + 0.01 * abs(p - best))
-                      for family in ("S-Mixer", "RP S-Mixer") for p in (1, 2, 4, 7, 14, 28)], FIVE)
-
-    preset = get_preset("figs5")
-    assert preset.analyze(rows(4), tmp_path, "small").supported is True
-    assert preset.analyze(rows(28), tmp_path, "small").supported is False
 
 
 def test_fig2d_verdict(tmp_path):
@@ -765,15 +568,3 @@ def test_figs6_verdict_measures_overfitting_from_the_curves(tmp_path):
     assert verdict(0.2, tmp_path / "b").supported is False
 
 
-def test_figs8_verdict_reads_final_losses(tmp_path):
-    def verdict(rp_final):
-        rows = _rows([({"model": f, "C": 64, "S": 64}, 0.1) for f in ("MLP-Mixer", "RP MLP-Mixer")], FIVE)
-
-        def curve(row):
-            end = rp_final if row["model"] == "RP MLP-Mixer" else 0.5
-            return [{"test_loss": v, "train_loss": v, "test_error": v / 4} for v in (1.0, 0.8, 0.6, end)]
-
-        return get_preset("figs8").analyze(_with_curves(rows, curve), tmp_path, "small")
-
-    assert verdict(0.4).supported is True
-    assert verdict(0.6).supported is False

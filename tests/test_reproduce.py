@@ -48,7 +48,8 @@ def test_smoke_end_to_end(smoke_dir, tmp_path, capsys):
     assert preset.claim in text and "pkmixer reproduce fig5 --scale smoke --dataset digits" in text
     assert "(fig5.png)" in text and "undecided" in text and "6 of 6 finished" in text
     analysis = json.loads((report / "analysis.json").read_text())
-    assert analysis["supported"] is None and "narrowest minus the widest" in analysis["verdict"]  # two widths
+    assert analysis["supported"] is None and "least-squares slope" in analysis["verdict"]  # two widths: the slope part
+    assert analysis["outcome"] == "undecided" and "rests on one data set" in analysis["data_set"]
     # the same command again: every run skipped, the report up to date and left as it is
     copy = _copy(smoke_dir, tmp_path)
     before = (copy / "report" / "fig5.png").stat().st_mtime_ns
@@ -134,7 +135,7 @@ def test_report_rerenders(smoke_dir, tmp_path, capsys):
 def test_list(capsys):
     code, out, _ = run_main(capsys, "reproduce", "--list", "--json")
     records = {r["name"]: r for r in json.loads(out)}
-    assert code == 0 and records["fig5"]["runs"] == {"paper": 111, "medium": 66, "small": 10, "smoke": 6}
+    assert code == 0 and records["fig5"]["runs"] == {"paper": 111, "medium": 71, "small": 10, "smoke": 6}
     assert records["figs9"]["runs"]["medium"] is None  # analysis-only presets have no medium scale
     assert len(records) == len(list_presets())
     code, out, _ = run_main(capsys, "reproduce", "--list")

@@ -37,8 +37,22 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                       *("-" if r["runs"][s] is None else r["runs"][s] for s in SCALES)] for r in records],
                     ["preset", "title", "source", *(f"runs {s}" for s in SCALES)])
         return 0
+    if args.docs:
+        return _regenerate_docs(args)
     if not args.name:
         raise ConfigError("name a preset (see `pkmixer reproduce --list`)")
+    if args.check_regime:
+        from ..experiments.reproduce import check_regime
+
+        result = check_regime(args.name, scale=args.scale, dataset=args.dataset)
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            hours = result["hours_on_2_cores"]
+            print(f"{args.name} at {args.scale} scale on {result['dataset']}: {result['runs']} runs"
+                  + (f", estimated {hours:.1f} h on 2 cores" if hours is not None else ""))
+            print("\n".join(result["lines"]))
+        return 0
     if args.data_dir is not None and Path(args.data_dir).exists() and not Path(args.data_dir).is_dir():
         raise ConfigError(f"--data-dir {args.data_dir} is not a folder")  # a missing one: the preset says where it looked
     for flag in ("workers", "threads", "seeds", "epochs"):  # below 1: the sweep's own message
@@ -56,6 +70,26 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                        out=args.out, seeds=args.seeds, epochs=args.epochs, overwrite=args.overwrite, log=log,
                        stack=args.stack, compile_mode=args.compile)
     return _print_report(result, args.json)
+
+
+def _regenerate_docs(args: argparse.Namespace) -> int:
+    """`pkmixer reproduce --docs`: docs/reproduction.md's medium-scale verdicts from reproduction/ alone."""
+    from ..experiments import docs
+    from ..experiments.records import records_dir
+
+    if args.name:
+        raise ConfigError("--docs regenerates every preset's verdicts; drop the preset name")
+    folder = records_dir()
+    root = folder.parent if folder is not None else Path.cwd()
+    doc = root / "docs" / "reproduction.md"
+    if not doc.is_file():
+        raise ConfigError(f"no {doc}: run --docs in a source checkout")
+    try:
+        changed = docs.update(doc, folder, root)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    print(f"{doc}: {'regenerated' if changed else 'already up to date'} from {folder or 'no records'}")
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -116,6 +150,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    "rate and weight decay as one stacked model each (pays on a GPU; each run's row records its stack)")
     p.add_argument("--compile", choices=COMPILE_MODES, help="train each run under torch.compile in this mode "
                    "(reduce-overhead: CUDA graphs, which pay for the small launch-bound models on a GPU)")
+    p.add_argument("--check-regime", action="store_true", help="print whether the scale's runs reach the claim's "
+                   "regime (from their configs) and their estimated time, without training")
+    p.add_argument("--docs", action="store_true", help="regenerate docs/reproduction.md's medium-scale verdicts and "
+                   "figures from the results kept in reproduction/, without training")
     p.add_argument("--json", action="store_true", help="machine-readable output (progress goes to stderr)")
     p.set_defaults(func=cmd_reproduce)
 

@@ -57,6 +57,11 @@ class Analysis:
     verdict: str = ""  # one or two sentences computed from the data
     supported: bool | None = None  # does this run support the paper's claim (None: undecidable, e.g. smoke)
     verdicts: list = field(default_factory=list)  # pkmixer.experiments.stats.Verdict per part of the claim
+    outcome: str = ""  # pkmixer.experiments.rules.OUTCOMES: supported ... not testable here
+    reason: str = ""  # why the outcome is out of regime, not converged or not testable
+    regime: list = field(default_factory=list)  # the regime check's lines (pkmixer.experiments.regime)
+    decided_on: str = ""  # which error the verdict reads, and why
+    data_set: str = ""  # "This verdict rests on one data set: ..."
 
 
 class Preset(ABC):
@@ -72,6 +77,49 @@ class Preset(ABC):
     scales: tuple[str, ...] = ("paper", "small", "smoke")  # the scales of SCALES this preset defines
     default_seeds: dict[str, int] = {"paper": 3, "medium": 5, "small": 2, "smoke": 1}  # seeds per scale (seed_list)
     seeds_override: int | None = None  # set by with_seeds (--seeds N)
+    # which test error a verdict reads: "final_test_error" (the paper's protocol: the error after the whole
+    # schedule; App. C describes no model selection) or "selected_test_error" (at the validation-selected epoch)
+    decided_on: str = "final_test_error"
+    decided_on_why: str = ("the paper reports the test error after its whole cosine schedule and describes no model "
+                           "selection (App. C); the validation-selected error is reported beside it")
+    quotes: tuple = ()  # the paper's words this preset tests (Quote), where its module holds another preset's too
+    rule_names: tuple[str, ...] = ()  # the module constants that are this preset's rules, where its module is shared
+    testable: bool = True  # False: no run of this repository can decide the claim (existential, other data sets)
+    untestable_reason: str = ""
+
+    def regime(self, scale: str, dataset: str | None):
+        """The claim's regime at ``scale`` (:class:`pkmixer.experiments.regime.Regime`), None where none is
+        declared (paper scale is the claim's own regime)."""
+        return None
+
+    def regime_check(self, scale: str, dataset: str | None):
+        """:func:`pkmixer.experiments.regime.check` of :meth:`regime` on this scale's runs (no training)."""
+        from .regime import check
+
+        regime = self.regime(scale, dataset)
+        return check(regime, self.runs(scale, dataset) if regime is not None else [])
+
+    def rules(self) -> list:
+        """The rules and quotes that decide this preset: the module constants of its module that are rules
+        (:class:`~pkmixer.experiments.stats.Rule`, :class:`~pkmixer.experiments.rules.ArmRule`, ``TrendRules``,
+        ``AroundRules``) or :class:`~pkmixer.experiments.rules.Quote`, by name."""
+        import sys
+
+        from .rules import AroundRules, ArmRule, Quote, TrendRules
+        from .stats import Rule
+
+        module = sys.modules[type(self).__module__]
+        kinds = (Rule, ArmRule, TrendRules, AroundRules)
+        rules = [value for name, value in sorted(vars(module).items()) if isinstance(value, kinds)
+                 and (not self.rule_names or name in self.rule_names)]
+        quotes = list(self.quotes) or [value for _, value in sorted(vars(module).items()) if isinstance(value, Quote)]
+        return rules + quotes
+
+    def rules_hash(self) -> str:
+        """A hash of :meth:`rules`: recorded with the results they decided."""
+        from .rules import rules_fingerprint
+
+        return rules_fingerprint(self.rules())
 
     def runs(self, scale: str, dataset: str | None) -> list[RunSpec]:
         """The sweep at ``scale`` on ``dataset`` (None: the scale's default); [] for analysis-only presets.
@@ -138,7 +186,7 @@ class Preset(ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "title": self.title, "claim": self.claim, "source": self.source,
-                "datasets": list(self.datasets)}
+                "datasets": list(self.datasets), "decided_on": self.decided_on}
 
 
 _PRESETS: dict[str, Preset] = {}

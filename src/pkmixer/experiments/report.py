@@ -84,7 +84,15 @@ def _markdown(analysis: Analysis, preset: Preset, scale: str, dataset: str | Non
         if finished < len(rows):
             parts.append(f"- **Incomplete**: {len(rows) - finished} runs did not finish; the numbers below use the "
                          "finished ones. Run the same command again to complete them.")
-    parts += ["", "## Verdict", "", analysis.verdict, "", f"Supports the paper's claim: **{supported}**.", ""]
+    parts += ["", "## Verdict", "", analysis.verdict, ""]
+    if analysis.outcome:
+        reason = f" ({analysis.reason})" if analysis.reason else ""
+        parts += [f"Outcome: **{analysis.outcome}**{reason}.", ""]
+    parts += [f"Supports the paper's claim: **{supported}**.", ""]
+    parts += [line for line in (analysis.data_set, analysis.decided_on) if line]
+    parts += [""] if analysis.data_set or analysis.decided_on else []
+    if analysis.regime:
+        parts += ["### Regime (checked from the run configs before training)", "", *analysis.regime, ""]
     parts += verdict_table(analysis.verdicts)
     if analysis.numbers:
         parts += ["## Numbers", "", "| quantity | value |", "|---|---|"]
@@ -101,23 +109,56 @@ def _markdown(analysis: Analysis, preset: Preset, scale: str, dataset: str | Non
 
 
 def verdict_table(verdicts: Sequence[Any]) -> list[str]:
-    """Markdown lines: each part of the claim with its statistic, estimate, interval, seeds and decision, then the
-    rules (declared in the preset before its runs were read). Nothing without verdicts."""
+    """Markdown lines: each part of the claim with its statistic, estimate, interval, seeds and decision (a part
+    contradicted at its own level but not after Holm's procedure across the parts reads undecided), then the
+    paper's words each part tests, the decisions across a range of margins, what is printed beside the interval
+    (power at the paper's effect, the test-set sampling error) and the rules (declared in the preset before its
+    runs were read). Nothing without verdicts."""
     if not verdicts:
         return []
+    from .rules import adjusted
+
+    decisions = adjusted(verdicts)
     lines = ["| part of the claim | statistic | estimate | interval | seeds | claim holds when | decision |",
              "|---|---|---|---|--:|---|---|"]
-    for v in verdicts:
+    for v, decision in zip(verdicts, decisions):
         f = v.formatted()
-        decision = f"**{v.decision}**" + (f" ({v.note})" if v.note else "")
+        shown = f"**{decision}**"
+        if decision != v.decision:
+            shown += f" (alone: {v.decision}; not after Holm across the parts)"
+        if v.note and v.decision != "not testable here":
+            shown += f" ({v.note})"
+        claimed = "-" if v.decision == "not testable here" else f"statistic {f['claimed']}"
+        if v.direction == "inside":
+            claimed = f"statistic inside ±{f['claimed'].split(' ', 1)[1]}"
         lines.append("| " + " | ".join(_cell(c) for c in (v.claim, v.statistic, f["estimate"],
                                                           f"{f['level']} {f['interval']}", v.seeds,
-                                                          f"statistic {f['claimed']}", decision)) + " |")
-    rules = list(dict.fromkeys(v.rule for v in verdicts))
-    lines += ["", "How each part is decided (paired bootstrap over seeds, pkmixer.experiments.stats): " +
-              " ".join(f"{rule}." for rule in rules) + " The claim is supported when every part is, "
-              "contradicted when any part is.", ""]
+                                                          claimed, shown)) + " |")
+    lines.append("")
+    for v in verdicts:
+        notes = []
+        if v.quote:
+            notes.append(f"tests {v.quote}")
+        if v.decision == "not testable here":
+            notes.append(f"not testable here: {v.note}")
+        if v.margins:
+            notes.append("across margins: " + ", ".join(f"{_margin(v, m)}: {d}" for m, d in v.margins))
+        if v.extra:
+            notes.append(v.extra)
+        if notes:
+            lines.append(f"- {v.claim}: " + "; ".join(notes) + ".")
+    rules = list(dict.fromkeys(v.rule for v in verdicts if v.decision != "not testable here"))
+    lines += ["", "How each part is decided (pkmixer.experiments.stats and .rules): " +
+              " ".join(f"{rule}." for rule in rules) + " The claim is supported when every required part is, "
+              "contradicted when a part is after Holm's procedure across the parts (family-wise one-sided level "
+              "(1 − level)/2), undecided otherwise; out of regime, not converged and not testable here come "
+              "first.", ""]
     return lines
+
+
+def _margin(v: Any, m: float) -> str:
+    unit = v.unit or ""
+    return f"{m * v.scale:g}{unit}"
 
 
 def report_paths(sweep_dir: Path, analysis: Analysis | None = None) -> dict[str, Any]:
@@ -146,7 +187,9 @@ def write_report(analysis: Analysis, sweep_dir: Path, *, preset: Preset, scale: 
     folder = sweep_dir / REPORT_DIR
     stamp = fingerprint(rows, preset=preset.name, scale=scale, dataset=dataset)
     summary = {"verdict": analysis.verdict, "supported": analysis.supported, "numbers": analysis.numbers,
-               "verdicts": [v.as_dict() for v in analysis.verdicts]}
+               "verdicts": [v.as_dict() for v in analysis.verdicts], "outcome": analysis.outcome,
+               "reason": analysis.reason, "regime": analysis.regime, "decided_on": analysis.decided_on,
+               "data_set": analysis.data_set, "rules": preset.rules_hash()}
     if folder.exists():
         previous = _read_analysis(folder)
         same = previous is not None and previous.get("fingerprint") == stamp

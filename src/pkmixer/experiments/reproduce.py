@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import ConfigError
 from .preset import Preset, get_preset, seeds_in
 from .report import write_report
+from .records import load_records, records_dir, split_held, write_records
 from .sweep import BACKENDS, RunSpec, load_rows, read_sweep, run_sweep, unfinished
 
 ALWAYS_THERE = ("digits", "synthetic")  # generated or bundled: nothing to look for
@@ -90,14 +91,16 @@ def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, da
               threads: int | None = None, out: str | Path | None = None, seeds: int | None = None,
               epochs: int | None = None, overwrite: bool = False, progress: bool = True,
               log: Callable[[str], None] = print, stack: bool = False,
-              compile_mode: str | None = None) -> dict[str, Any]:
+              compile_mode: str | None = None, records: str | Path | None = None) -> dict[str, Any]:
     """Run (or resume) preset ``name``'s sweep and render its report; returns the report's paths, the verdict,
     the numbers and the run counts. Runs that failed leave the report unrendered ("failed" lists them).
     ``epochs`` replaces the scale's epochs (:func:`with_epochs`): the medium scale's convergence check at a longer
     budget, on a GPU say. ``stack`` trains the runs that differ only in their seeds, learning rate and weight decay as
     stacked jobs
     (:func:`~pkmixer.experiments.sweep.run_sweep`). ``compile_mode`` trains every run compiled in that mode
-    (:func:`compiled_runs`)."""
+    (:func:`compiled_runs`). ``records``: the folder of kept results (None: :func:`~.records.records_dir`, "" for
+    none): the runs it holds are not run again, and at medium scale the runs finished here are written to it.
+    A run's record is keyed by its config, so a record made with other epochs or on another data set is not taken."""
     if backend not in BACKENDS:
         raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     preset = get_preset(name).with_seeds(seeds)
@@ -120,8 +123,19 @@ def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, da
         if {k: theirs.get(k) for k in mine} != mine:
             raise ConfigError(f"{sweep_dir} holds the sweep of `{theirs.get('command', 'another command')}`; "
                               "choose another --out")
-    rows = run_sweep(specs, sweep_dir, backend=backend, workers=workers, address=address, progress=progress,
-                     log=log, threads=threads, info=info, stack=stack)
+    folder = records_dir() if records is None else (Path(records) if records else None)
+    todo, held = split_held(specs, load_records(folder))
+    if held:
+        log(f"records: {len(held)} of the {len(specs)} runs are held in {folder}; they are not run again")
+    ran = run_sweep(todo, sweep_dir, backend=backend, workers=workers, address=address, progress=progress,
+                    log=log, threads=threads, info=info, stack=stack) if todo or not held else []
+    by_name = {r["run"]: r for r in ran}
+    rows = [held.get(s.name) or by_name[s.name] for s in specs]
+    if folder is not None and scale == "medium" and ran:
+        written = write_records(folder, todo, ran, preset=name, scale=scale, dataset=dataset,
+                                rules=preset.rules_hash())
+        if written:
+            log(f"records: {len(written)} runs written to {folder}")
     left = unfinished(rows)
     result: dict[str, Any] = {"preset": name, "scale": scale, "dataset": dataset, "out": str(sweep_dir),
                               "runs": len(rows), "finished": sum(r["status"] == "finished" for r in rows)}
@@ -147,3 +161,17 @@ def rerender(sweep_dir: str | Path, overwrite: bool = False) -> dict[str, Any]:
                           command=info.get("command", ""), rows=rows, overwrite=overwrite, refresh=True)
     return {"preset": preset.name, "scale": info["scale"], "dataset": info.get("dataset"), "out": str(sweep_dir),
             "runs": len(rows), "finished": sum(r["status"] == "finished" for r in rows), **report}
+
+
+def check_regime(name: str, *, scale: str = "medium", dataset: str | None = None) -> dict[str, Any]:
+    """The regime check of preset ``name`` at ``scale`` from its run configs, without training: its lines, whether
+    it is reached, the runs and the estimated hours on 2 cores (where the preset's per-run time is recorded)."""
+    from .presets import recipes
+
+    preset = get_preset(name)
+    chosen = preset.check_dataset(scale, dataset)
+    specs = preset.runs(scale, chosen)
+    check = preset.regime_check(scale, chosen)
+    hours = recipes.estimate_hours(name, specs) if name in recipes.RUN_EPOCH_SECONDS and specs else None
+    return {"preset": name, "scale": scale, "dataset": chosen, "reached": check.reached, "lines": check.lines(),
+            "runs": len(specs), "hours_on_2_cores": hours}

@@ -18,7 +18,11 @@ Every number a preset reports about its runs comes from here:
   preset's code before its runs are read, and :func:`decide`, which turns an estimate and its interval into a
   :class:`Verdict`: **supported** when the whole interval lies on the claimed side of the threshold,
   **contradicted** when it lies wholly on the other side, **undecided** otherwise - when it spans (or touches)
-  the threshold, or when there are fewer seeds than the rule needs.
+  the threshold, or when there are fewer seeds than the rule needs. Each verdict also carries ``p_against``, the
+  one-sided p-value of the data against the claim read off the same resamples (:func:`expanded_p_value`: below
+  ``(1 − level)/2`` exactly when the interval lies wholly on the wrong side), so that a claim of several parts
+  is contradicted by Holm's step-down procedure across its parts (:func:`holm`, :func:`overall`), not by any
+  one part at its own level.
 
 The least number of seeds. A seed-resampling interval of a mean lies inside the range of the n per-seed values,
 and that range misses the true value with probability 2·2^−n for any symmetric distribution: a "90 %" interval
@@ -206,6 +210,20 @@ def tail_probability(n: int, level: float, expand: bool = True) -> float:
     return float(norm.cdf(-math.sqrt(n / (n - 1)) * t.ppf(1 - alpha, n - 1)))
 
 
+def expanded_p_value(share: float, n: int, resamples: int = DEFAULT_RESAMPLES) -> float:
+    """The one-sided p-value that matches the expanded percentile interval: ``share`` is the fraction of resampled
+    statistics on the claimed side of the threshold; the interval at level ℓ lies wholly on the other side exactly
+    when ``share`` < :func:`tail_probability` (n, ℓ), i.e. when this p-value is below (1 − ℓ)/2. Inverting
+    Φ(−√(n/(n−1))·t_{n−1, 1−α}) = share gives α = T_{n−1}(Φ⁻¹(share)·√((n−1)/n)); a share of 0 counts as half a
+    resample."""
+    from scipy.stats import norm, t
+
+    if n < 2:
+        return 1.0
+    share = min(1.0, max(float(share), 0.5 / resamples))
+    return float(t.cdf(norm.ppf(share) * math.sqrt((n - 1) / n), n - 1))
+
+
 def seeds_needed(level: float) -> int:
     """The least number of seeds for which an interval that resamples them can reach ``level`` (the range of n
     values covers a symmetric distribution's centre with probability 1 − 2^(1−n)); at least :data:`MIN_SEEDS`."""
@@ -222,7 +240,16 @@ def _mean_over_seeds(resamples: np.ndarray) -> np.ndarray:
 def bootstrap_interval(samples: Any, statistic: Callable[[np.ndarray], np.ndarray] | None = None, *,
                        level: float = DEFAULT_LEVEL, resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
                        expand: bool = True) -> tuple[float, tuple[float, float]]:
-    """(estimate, (low, high)): the paired bootstrap over seeds of ``statistic``.
+    estimate, interval, _ = bootstrap_resamples(samples, statistic, level=level, resamples=resamples, seed=seed,
+                                                expand=expand)
+    return estimate, interval
+
+
+def bootstrap_resamples(samples: Any, statistic: Callable[[np.ndarray], np.ndarray] | None = None, *,
+                        level: float = DEFAULT_LEVEL, resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+                        expand: bool = True) -> tuple[float, tuple[float, float], np.ndarray]:
+    """(estimate, (low, high), the finite resampled values): the paired bootstrap over seeds of ``statistic``
+    (:func:`bootstrap_interval` returns the first two).
 
     ``samples`` has one entry per seed along its first axis - a number (e.g. a seed's difference of errors or
     its Spearman ρ), or a row of values (a seed's errors at every width or arm, NaN where a run is missing), so
@@ -246,7 +273,7 @@ def bootstrap_interval(samples: Any, statistic: Callable[[np.ndarray], np.ndarra
         raise ValueError("the statistic is not finite on any resample")
     tail = tail_probability(n, level, expand)
     low, high = np.quantile(values, [tail, 1 - tail])
-    return estimate, (float(low), float(high))
+    return estimate, (float(low), float(high)), values
 
 
 # ---- rules and verdicts ----------------------------------------------------------------------------------
@@ -317,10 +344,15 @@ class Verdict:
     scale: float = 1.0
     unit: str = ""
     digits: int = 2
+    p_against: float | None = None  # one-sided p-value of the data against this part (expanded_p_value)
+    required: bool = True  # False: the part can contradict the claim but its support is not needed (a refutation)
+    quote: str = ""  # the paper's words this part tests, with their section
+    margins: tuple = ()  # ((threshold, decision), ...): the verdict across a range of margins, for vague words
+    extra: str = ""  # what the report prints beside the interval (power, test-set sampling error)
 
     @property
     def supported(self) -> bool | None:
-        return {SUPPORTED: True, CONTRADICTED: False, UNDECIDED: None}[self.decision]
+        return {SUPPORTED: True, CONTRADICTED: False}.get(self.decision)
 
     def formatted(self) -> dict[str, str]:
         """The estimate, the interval and the threshold side as printed."""
@@ -346,11 +378,12 @@ class Verdict:
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["interval"] = None if self.interval is None else list(self.interval)
+        out["margins"] = [list(m) for m in self.margins]
         return out
 
 
 def decide(estimate: float | None, interval: tuple[float, float] | None, rule: Rule, seeds: int,
-           claim: str = "", note: str = "") -> Verdict:
+           claim: str = "", note: str = "", p_against: float | None = None) -> Verdict:
     """The :class:`Verdict` of ``rule`` on an estimate and its interval from ``seeds`` seeds (see the module
     docstring); no estimate or interval, or fewer seeds than the rule needs, is undecided."""
     lo_hi = None if interval is None else (float(interval[0]), float(interval[1]))
@@ -368,7 +401,8 @@ def decide(estimate: float | None, interval: tuple[float, float] | None, rule: R
             decision = SUPPORTED if below == (rule.direction == "below") else CONTRADICTED
     return Verdict(claim=claim, statistic=rule.statistic, estimate=estimate, interval=lo_hi, level=rule.level,
                    threshold=rule.threshold, direction=rule.direction, decision=decision, rule=rule.text(),
-                   seeds=seeds, note=note, scale=rule.scale, unit=rule.unit, digits=rule.digits)
+                   seeds=seeds, note=note, scale=rule.scale, unit=rule.unit, digits=rule.digits,
+                   p_against=p_against if decision != UNDECIDED or seeds >= rule.seeds else None)
 
 
 def bootstrap_verdict(samples: Mapping[Any, Any] | Sequence[Any], rule: Rule, claim: str = "",
@@ -382,8 +416,11 @@ def bootstrap_verdict(samples: Mapping[Any, Any] | Sequence[Any], rule: Rule, cl
         if n and statistic is not None:
             estimate = float(statistic(np.asarray(values, dtype=np.float64)[None])[0])
         return decide(estimate, None, rule, n, claim)
-    estimate, interval = bootstrap_interval(values, statistic, level=rule.level, resamples=rule.resamples, seed=seed)
-    return decide(estimate, interval, rule, n, claim)
+    estimate, interval, resampled = bootstrap_resamples(values, statistic, level=rule.level,
+                                                         resamples=rule.resamples, seed=seed)
+    claimed = resampled <= rule.threshold if rule.direction == "below" else resampled >= rule.threshold
+    p = expanded_p_value(float(np.mean(claimed)), n, rule.resamples) if n >= rule.seeds else None
+    return decide(estimate, interval, rule, n, claim, p_against=p)
 
 
 def trend_verdict(rows: Sequence[dict], x: str | Callable[[dict], float], rule: Rule, claim: str = "", *,
@@ -416,12 +453,40 @@ def interval_text(samples: Mapping[Any, float] | Sequence[float], *, level: floa
             f"{high_text}]{unit} ({n} seeds)")
 
 
+def holm(p_values: Sequence[float | None], alpha: float) -> list[bool]:
+    """Holm's step-down procedure: which of the hypotheses with these p-values are rejected at family-wise level
+    ``alpha`` (None: a part without a p-value, never rejected). The i-th smallest of k p-values is compared with
+    alpha/(k − i + 1), stopping at the first that is not below."""
+    order = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    rejected = [False] * len(p_values)
+    for rank, (p, i) in enumerate(order):
+        if p > alpha / (len(order) - rank):
+            break
+        rejected[i] = True
+    return rejected
+
+
+def contradicted_parts(verdicts: Sequence[Verdict]) -> list[bool]:
+    """Which parts are contradicted after Holm's procedure across the parts that carry a p-value, at the one-sided
+    level (1 − level)/2 of the parts' rules (the highest level among them); a part without a p-value (built by :func:`decide` from an interval
+    alone) keeps its own decision."""
+    if not verdicts:
+        return []
+    alpha = (1 - max(v.level for v in verdicts)) / 2
+    rejected = holm([v.p_against for v in verdicts], alpha)
+    return [r if v.p_against is not None else v.decision == CONTRADICTED for v, r in zip(verdicts, rejected)]
+
+
 def overall(verdicts: Sequence[Verdict]) -> bool | None:
-    """A claim made of parts: False when any part is contradicted, True when every part is supported, else None
-    (also None without parts)."""
-    if any(v.decision == CONTRADICTED for v in verdicts):
+    """A claim made of parts: False when a part is contradicted after Holm's procedure across the parts
+    (:func:`contradicted_parts`), True when every required part is supported (each at its own level: the claim
+    is their intersection), else None (also None without parts). Parts that are not tested (a decision outside
+    supported / contradicted / undecided, e.g. "not testable here") are left out."""
+    tested = [v for v in verdicts if v.decision in (SUPPORTED, CONTRADICTED, UNDECIDED)]
+    if any(contradicted_parts(tested)):
         return False
-    if verdicts and all(v.decision == SUPPORTED for v in verdicts):
+    required = [v for v in tested if v.required]
+    if required and all(v.decision == SUPPORTED for v in required):
         return True
     return None
 

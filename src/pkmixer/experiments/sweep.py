@@ -5,7 +5,8 @@ A sweep directory holds::
     sweep.json       the runs (name, config, meta) and who asked for them (preset, scale, data set, command)
     runs/<name>/     each run's directory, as ``pkmixer train`` writes it (config, metrics, checkpoints, summary)
     logs/<name>.log  each run's log lines
-    results.jsonl    one row per run: meta + run, status, final/best test error, final test loss, epochs, wall time
+    results.jsonl    one row per run: meta + run, status, final test error and loss, the validation-selected epoch
+                     and its test error, epochs, wall time, environment
     results.csv      the same table as CSV
 
 Resume: run the same sweep again and a finished (or diverged) run is skipped, a run with
@@ -61,10 +62,16 @@ from ..train.rundir import RunDir, hold_lock, remove_if_untouched
 from .probes import check_probes, missing_probes, probe_columns, read_probes, run_probes
 
 BACKENDS = ("local", "ray")
-ROW_KEYS = ("run", "status", "final_test_error", "best_test_error", "final_test_loss", "final_train_loss", "epochs",
-            "wall_time", "params", "precision", "pipeline", "stack", "error", "curve")
-# a row's curve: these, per epoch (the stack's size and the run's place in it only for epochs trained stacked)
-CURVE_KEYS = ("epoch", "train_loss", "test_loss", "test_error", "lr", "stack_members", "stack_member")
+ROW_KEYS = ("run", "status", "final_test_error", "final_test_loss", "final_train_loss", "final_val_error",
+            "selected_epoch", "selected_test_error", "best_val_error", "selection", "n_test", "epochs", "wall_time",
+            "params", "precision", "pipeline", "stack", "environment", "error", "curve")
+# a row's curve: these, per epoch (the stack's size and the run's place in it only for epochs trained stacked; the
+# validation columns only for runs with a validation split; ema_*: with a Polyak average)
+CURVE_KEYS = ("epoch", "train_loss", "val_loss", "val_error", "test_loss", "test_error", "ema_val_loss",
+              "ema_val_error", "ema_test_loss", "ema_test_error", "lr", "stack_members", "stack_member")
+# test images per data set (data.test_subset takes fewer): the binomial sampling error of a test error needs them
+TEST_SIZES = {"fashion-mnist": 10_000, "mnist": 10_000, "cifar10": 10_000, "cifar100": 10_000, "stl10": 8_000,
+              "digits": 359, "imagenet": 50_000}
 DONE = ("finished", "diverged")  # a run in one of these states is never run again
 # config keys that do not change a run's result: a rerun may differ in them (e.g. another --data-dir)
 NEUTRAL_KEYS = {("data", "data_dir"), ("data", "download"), ("data", "workers"), ("run", "progress"),
@@ -226,13 +233,56 @@ def run_status(run_dir: Path) -> str:
     return "pending"
 
 
+def selected_epoch(curve: Sequence[dict]) -> int | None:
+    """The 1-based epoch of the lowest validation error (ties: the earliest); None without a validation split. The
+    test columns play no part in it."""
+    best = None
+    for i, m in enumerate(curve):
+        value = m.get("val_error")
+        if isinstance(value, (int, float)) and (best is None or value < best[0]):
+            best = (value, i)
+    return None if best is None else int(curve[best[1]].get("epoch", best[1] + 1))
+
+
+def selection_columns(curve: Sequence[dict], summary: dict[str, Any]) -> dict[str, Any]:
+    """The validation-selection columns of a row: ``selection`` ("val_error", or "none" without a validation
+    split - also for a summary written before there was one, which holds ``best_test_error`` and no ``selection``:
+    such a run selects nothing), ``selected_epoch``, ``selected_test_error`` (the test error at that epoch),
+    ``best_val_error`` and ``final_val_error``. The summary's own values are taken where it has them; else they are
+    read off the curve."""
+    if "selection" in summary and summary.get("selection") not in ("none", None):
+        epoch = summary.get("selected_epoch")
+        return {"selection": summary["selection"], "selected_epoch": epoch,
+                "selected_test_error": summary.get("selected_test_error"),
+                "best_val_error": summary.get("best_val_error"), "final_val_error": summary.get("final_val_error")}
+    epoch = selected_epoch(curve)
+    if epoch is None:
+        legacy = "best_test_error" in summary and "selection" not in summary
+        return {"selection": "none (written before the validation split)" if legacy else "none",
+                "selected_epoch": None, "selected_test_error": None, "best_val_error": None, "final_val_error": None}
+    at = next(m for m in curve if m.get("epoch") == epoch) if any("epoch" in m for m in curve) else curve[epoch - 1]
+    return {"selection": "val_error", "selected_epoch": epoch, "selected_test_error": at.get("test_error"),
+            "best_val_error": at.get("val_error"), "final_val_error": curve[-1].get("val_error")}
+
+
+def test_size(config: TrainConfig) -> int | None:
+    """How many test images a run is evaluated on (:data:`TEST_SIZES`, or ``data.test_subset`` when fewer)."""
+    size = TEST_SIZES.get(config.data.name)
+    subset = config.data.test_subset
+    if size is None:
+        return subset
+    return min(size, subset) if subset else size
+
+
 def run_row(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     """The results-table row of one run, read from its directory: ``spec.meta`` + the ROW_KEYS + the numbers
     of its probes (None until they are measured).
 
     ``wall_time`` sums the epoch times of metrics.jsonl, so it counts every resumed piece of the run; ``curve``
     holds the :data:`CURVE_KEYS` of every epoch, so that a preset's analysis never reads run directories;
-    ``stack`` is the size of the stack its last epoch trained in (None: alone).
+    ``stack`` is the size of the stack its last epoch trained in (None: alone); the selection columns come from
+    :func:`selection_columns` (the validation split selects, the test split never does); ``n_test`` from
+    :func:`test_size`; ``environment`` from the summary (torch, Python, pkmixer, commit, CPU, threads, device).
     """
     run = RunDir(run_dir)
     status = run_status(run_dir)
@@ -242,16 +292,16 @@ def run_row(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     error = None
     if status == "failed":
         error = (run.error.read_text().strip().splitlines() or ["unknown error"])[0]
+    curve = [{k: m[k] for k in CURVE_KEYS if k in m} for m in metrics]
     return {**spec.meta, **probe_columns(spec.probes, read_probes(run_dir)), "run": spec.name, "status": status,
             "final_test_error": errors[-1] if errors else None,
-            "best_test_error": min(errors) if errors else None,
             "final_test_loss": metrics[-1]["test_loss"] if metrics else None,
             "final_train_loss": metrics[-1].get("train_loss") if metrics else None,
+            **selection_columns(curve, summary), "n_test": test_size(spec.config),
             "epochs": len(metrics), "wall_time": sum(m.get("epoch_time", 0.0) for m in metrics),
             "params": summary.get("params"), "precision": summary.get("precision"),
             "pipeline": summary.get("pipeline"), "stack": metrics[-1].get("stack_members") if metrics else None,
-            "error": error,
-            "curve": [{k: m[k] for k in CURVE_KEYS if k in m} for m in metrics]}
+            "environment": summary.get("environment"), "error": error, "curve": curve}
 
 
 def load_rows(sweep_dir: Path) -> list[dict]:

@@ -53,6 +53,7 @@ Scales:
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,22 +64,42 @@ from matplotlib.figure import Figure
 from ...theory.spectrum import alpha_scaling_singular_values, alpha_scaling_size, c_gamma
 from ...theory.width import mixer_omega, swmlp_width, symmetric_pairs
 from ..preset import Analysis, Preset, register_preset
-from ..stats import (Rule, aggregate, bootstrap_verdict, format_mean_std, interval_text, overall,
-                     per_seed_difference, per_seed_trend, summary, trend_verdict)
+from ..regime import Departures, Quantity, Regime
+from ..rules import ArmRule, Quote, TrendRules, arm_verdict, slope_on, trend_parts
+from ..stats import (Rule, aggregate, bootstrap_verdict, format_mean_std, interval_text, per_seed_difference,
+                     per_seed_table, per_seed_trend, summary)
 from ..sweep import RunSpec
-from . import recipes
+from . import measures, recipes
 from .measures import COLOURS, doubling, doubling_report, finished
 
 FAMILIES = ("SW-MLP", "S-Mixer")
 MODELS = {"SW-MLP": ("swmlp_o18_32", "swmlp_t4_28"), "S-Mixer": ("smixer_s64_32", "smixer_t4_28")}  # colour, grey
 MIXER_ALPHA = 1 / 3  # the S-Mixer's lowest density p = Ω^{-1/3}, at C = S (Eq. 15; App. D.1: "a = 1/3")
-# The verdict's rules, fixed before any run is read (issue 16; pkmixer.experiments.stats).
-LEVEL = 0.90
-LOSS_TREND_RULE = Rule("mean over seeds of Spearman ρ(1 − p, final training loss) over the SW-MLP's "
-                       "p ≤ Ω^(−1/3)", threshold=0.0, direction="above", level=LEVEL)
-SPECTRUM_TREND_RULE = Rule("mean over draws of Spearman ρ(α, λ_max)", threshold=0.0, direction="above", level=LEVEL)
+# The paper's words and the rules, fixed before any run is read
+QUOTE_LEFT = Quote("Fig. S.1 caption", "(Left) Trainability decreases as the sparsity 1 − p becomes too high.")
+QUOTE_MIXER = Quote("App. D.1", "In contrast, we hardly observed such a decrease in performance for the Mixers.")
+QUOTE_RIGHT = Quote("Fig. S.1 caption", "(Right) The largest eigenvalue monotonically increases as the sparsity "
+                                        "increases.")
+LEVEL = 0.92
+# trainability: the SW-MLP's final training loss rises with log₂(1/p) over p ≤ Ω^(−1/3), and the sparsest is no
+# better trained than the next (within 0.005 nats: a U would pass a rank correlation)
+LOSS_TREND = TrendRules(claim="above", value="final training loss", axis="1/p", margin=0.005,
+                        margins=(0.0, 0.005, 0.01), scale=1.0, unit="",
+                        reason="“too high” read as: no sparser point trains better than the next by 0.005 nats")
+# "hardly observed such a decrease": the S-Mixer's test error rises by less than a quarter point per halving of its
+# density (printed at 0.1, 0.25 and 0.5)
+HARDLY = 0.0025
+
+
+def mixer_rule(inverse_densities: list[float]) -> ArmRule:
+    return ArmRule("slope of the S-Mixer's test error on log₂(1/p) (means over seeds, per halving of p)",
+                   slope_on(np.log2(inverse_densities)), "below", HARDLY, level=LEVEL, scale=100.0, unit=" points",
+                   margins=(0.001, 0.0025, 0.005), reason="“hardly” read as less than a quarter point per halving")
+
+
+SPECTRUM_TREND_RULE = Rule("mean over draws of Spearman ρ(α, λ_max)", threshold=0.0, direction="above", level=0.90)
 MONOTONE_RULE = Rule("smallest step of the mean λ_max between neighbouring α", threshold=0.0, direction="above",
-                     level=LEVEL, digits=3)
+                     level=0.90, digits=3)
 ZERO = 1e-6  # a singular value below this counts as 0 (K is normalised to mean eigenvalue 1)
 
 
@@ -120,8 +141,11 @@ def _recipe(scale: str, dataset: str) -> recipes.Recipe:
     if scale == "paper":
         return recipes.paper_cifar(dataset)
     if scale == "medium":
-        return recipes.medium(dataset)
+        return recipes.medium(dataset, epochs=MEDIUM_EPOCHS)
     return recipes.small(dataset) if scale == "small" else recipes.smoke()
+
+
+MEDIUM_EPOCHS = 20
 
 
 @register_preset
@@ -137,6 +161,20 @@ class FigS1(Preset):
     allowed_datasets = recipes.allowed(datasets, recipes.PAPER_CIFAR)
     scales = ("paper", "medium", "small", "smoke")
     default_seeds = {"paper": 5, "medium": 5, "small": 5, "smoke": 1}
+
+    def regime(self, scale: str, dataset: str | None) -> Regime | None:
+        if scale != "medium":
+            return None
+        return Regime((Quantity("largest α = log(1/p)/log Ω of the SW-MLP", 10 / 16, lambda specs: max(
+            s.meta["alpha"] for s in specs if s.meta["model"] == "SW-MLP"), 1.0, "at_least",
+                                "Fig. S.1: p down to 2^−10 at Ω = 2^16"),
+                       Quantity("SW-MLP densities beyond the Mixer's (α > 1/3)", 4, lambda specs: len(
+                           {s.meta["alpha"] for s in specs if s.meta["model"] == "SW-MLP"
+                            and s.meta["alpha"] > MIXER_ALPHA + 1e-9}), 0.75, "at_least",
+                                "Fig. S.1: five densities below Ω^(−1/3); three make a trend")),
+                      Departures(f"{dataset} (D.1 names none; App. C.4's CIFAR-10 at paper scale)",
+                                 f"{MEDIUM_EPOCHS} of AdamW (C.4: 200 of Nesterov SGD)", "App. C.4's random crop and flip",
+                                 ("Ω = 2^12 (the paper: 2^16)",)).lines())
 
     def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         t, recipe = TRAINING[scale], _recipe(scale, dataset)
@@ -179,9 +217,16 @@ class FigS1(Preset):
 
         sw = [r for r in done if r["model"] == "SW-MLP"]
         sparse = [r for r in sw if r["alpha"] >= MIXER_ALPHA - 1e-9]
-        claim = "SW-MLP: the final training loss rises with 1 − p beyond the S-Mixer's sparsest"
-        verdicts = [trend_verdict(sparse, lambda r: 1 - r["density"], LOSS_TREND_RULE, claim,
-                                  value="final_train_loss")]
+        densities = sorted({r["density"] for r in sparse}, reverse=True)
+        verdicts = trend_parts(LOSS_TREND, per_seed_table(sparse, "density", densities, "final_train_loss"),
+                               [1 / d for d in densities], "SW-MLP beyond the S-Mixer's sparsest", quote=QUOTE_LEFT)
+        mixer = [r for r in done if r["model"] == "S-Mixer"]
+        mixer_densities = sorted({r["density"] for r in mixer}, reverse=True)
+        if len(mixer_densities) >= 2:
+            verdicts.append(arm_verdict(mixer_rule([1 / d for d in mixer_densities]),
+                                        per_seed_table(mixer, "density", mixer_densities), "S-Mixer: hardly a decrease "
+                                        "in performance as its density falls", quote=QUOTE_MIXER,
+                                        extra=measures.sampling_error(mixer)))
         numbers = _training_numbers(table, sw, done)
 
         tops, centre = _spectrum(spectrum)
@@ -190,6 +235,7 @@ class FigS1(Preset):
         verdicts.append(bootstrap_verdict(per_draw, SPECTRUM_TREND_RULE, claim="λ_max grows with α"))
         verdicts.append(bootstrap_verdict(list(tops), MONOTONE_RULE, claim="λ_max grows monotonically with α",
                                           statistic=lambda d: np.diff(d.mean(axis=1), axis=-1).min(axis=-1)))
+        verdicts[-2:] = [dataclasses.replace(v, quote=str(QUOTE_RIGHT)) for v in verdicts[-2:]]
         spectrum_table = []
         for i, a in enumerate(spectrum.alphas):
             m, p = alpha_scaling_size(spectrum.omega, a)
@@ -209,8 +255,8 @@ class FigS1(Preset):
                                 digits=3)
         numbers["Mixer's λ_max (Marchenko-Pastur edge, α = 0 as Ω → ∞)"] = c_gamma(1.0)
 
-        supported = None if scale == "smoke" else overall(verdicts)
-        verdict = {True: "Supported - ", False: "Not supported - ", None: "Undecided - "}[supported] + summary(verdicts)
+        fields = measures.conclude(self, rows, scale, verdicts, checks)
+        verdict = summary(verdicts) + measures.headline(fields)
         if scale == "smoke":
             verdict += " (Smoke scale: too short to decide.)"
         check_numbers, check_text = doubling_report(checks)
@@ -225,7 +271,7 @@ class FigS1(Preset):
         if checks:
             tables["figs1_doubling"] = checks
         return Analysis(figures={"figs1": figure}, tables=tables, numbers=numbers, verdict=verdict + check_text,
-                        supported=supported, verdicts=verdicts)
+                        verdicts=verdicts, **fields)
 
 
 def _doubling(rows: list[dict]) -> list[dict]:

@@ -10,9 +10,13 @@
 * :func:`learning_curves`, :func:`mean_curve`, :func:`overfitting` - the per-epoch metrics of runs (their rows'
   ``curve``), averaged over seeds, and how far a test loss rises after its minimum (Figs. S.6-S.8).
 * :func:`error_plot` - mean test error ± std over seeds against a swept quantity, one line per family.
-* :func:`trained`, :func:`doubling`, :func:`doubling_report` - medium scale's epoch-doubling check as fig5 makes it
-  (:func:`pkmixer.experiments.presets.recipes.doubled_ends`): the runs the verdicts read, each doubled run
-  against its original, and what the report says of them.
+* :func:`trained`, :func:`doubling`, :func:`doubling_report`, :func:`convergence` - medium scale's epoch-doubling
+  check (:func:`pkmixer.experiments.presets.recipes.doubled_ends`): the runs the verdicts read, each doubled run
+  against its original on the validation-selected test error, and whether the claim is "not converged".
+* :func:`decided_value`, :func:`selected_or_final`, :func:`sampling_error`, :func:`one_data_set`,
+  :func:`val_overfitting` - the error a verdict reads (final or validation-selected), the binomial test-set error
+  printed beside a seed interval, the data-set sentence of every report, overfitting measured from the epoch the
+  validation split selects.
 """
 from __future__ import annotations
 
@@ -40,20 +44,30 @@ def trained(rows: Sequence[dict]) -> list[dict]:
     return [r for r in finished(rows) if not r.get("doubles")]
 
 
+def selected_or_final(row: dict) -> float | None:
+    """The test error at the validation-selected epoch, or the final one for a run without a validation split."""
+    value = row.get("selected_test_error")
+    return value if value is not None else row.get("final_test_error")
+
+
 def doubling(rows: Sequence[dict], axis: str) -> list[dict]:
     """Each finished run trained for twice the epochs (``doubles``) against its original: the family, ``axis``,
-    both errors, the change and whether it is below :data:`CONVERGED`."""
+    the validation-selected test errors (the final ones for runs without a validation split) and their change,
+    which decides convergence (< :data:`CONVERGED`), and the final errors' change beside it."""
     by_name = {r["run"]: r for r in finished(rows)}
     out = []
     for row in finished(rows):
         base = by_name.get(row.get("doubles"))
-        if base is None or base["final_test_error"] is None or row["final_test_error"] is None:
+        if base is None or selected_or_final(base) is None or selected_or_final(row) is None:
             continue
-        change = row["final_test_error"] - base["final_test_error"]
+        change = selected_or_final(row) - selected_or_final(base)
+        final = (row["final_test_error"] - base["final_test_error"]
+                 if row.get("final_test_error") is not None and base.get("final_test_error") is not None else None)
         out.append({"run": base["run"], "model": row["model"], axis: row[axis], "epochs": base.get("epochs"),
-                    "epochs_doubled": row.get("epochs"), "error": base["final_test_error"],
-                    "error_doubled": row["final_test_error"], "change": change,
-                    "converged": abs(change) < CONVERGED})
+                    "epochs_doubled": row.get("epochs"), "error": selected_or_final(base),
+                    "error_doubled": selected_or_final(row), "change": change, "final_change": final,
+                    "selection": base.get("selection"), "converged": abs(change) < CONVERGED,
+                    "train_loss": base.get("final_train_loss"), "train_loss_doubled": row.get("final_train_loss")})
     return out
 
 
@@ -61,18 +75,71 @@ def doubling_report(checks: Sequence[dict]) -> tuple[dict[str, str], str]:
     """The key number and the verdict's closing sentence of the epoch-doubling ``checks`` ({} and "" without)."""
     if not checks:
         return {}, ""
+    what = ("validation-selected" if all(c.get("selection") == "val_error" for c in checks)
+            else "final (no validation split)")
     number = "; ".join(f"{c['run']}: {100 * c['error']:.2f} % -> {100 * c['error_doubled']:.2f} % "
                        f"({100 * c['change']:+.2f} points)" for c in checks)
     if all(c["converged"] for c in checks):
-        return {"epoch doubling": number}, (f" Convergence: doubling the epochs moved every checked point's test "
-                                            f"error by less than {100 * CONVERGED:g} points.")
-    fell = sum(c["change"] <= -CONVERGED for c in checks)
-    rose = sum(c["change"] >= CONVERGED for c in checks)
-    parts = ([f"lower at {fell} of them, so those runs are not fully trained"] if fell else []) + \
-        ([f"higher at {rose}, where the longer runs overfit instead of training further"] if rose else [])
-    return {"epoch doubling": number}, (f" Convergence: doubling the epochs moved the test error of {fell + rose} of "
-                                        f"the {len(checks)} checked points by {100 * CONVERGED:g} points or more "
-                                        f"(see the epoch-doubling table): {'; '.join(parts)}.")
+        return {f"epoch doubling ({what} test error)": number}, (
+            f" Convergence: doubling the epochs moved every checked point's {what} test error by less than "
+            f"{100 * CONVERGED:g} points.")
+    moved = [c for c in checks if not c["converged"]]
+    return {f"epoch doubling ({what} test error)": number}, (
+        f" Not converged: doubling the epochs moved the {what} test error of {len(moved)} of the {len(checks)} "
+        f"checked points by {100 * CONVERGED:g} points or more ({', '.join(c['run'] for c in moved)}).")
+
+
+def convergence(checks: Sequence[dict]) -> tuple[bool | None, str]:
+    """(converged, where not): None without checks, False when a checked point moved by :data:`CONVERGED` or more."""
+    if not checks:
+        return None, ""
+    moved = [c for c in checks if not c["converged"]]
+    return not moved, "; ".join(f"{c['run']} moved {100 * c['change']:+.2f} points when its epochs were doubled"
+                                for c in moved)
+
+
+def decided_value(rows: Sequence[dict], preferred: str) -> tuple[str, str]:
+    """The column a verdict reads: ``preferred`` ("final_test_error" or "selected_test_error"); the final error,
+    said, when some finished run has no validation split."""
+    if preferred == "selected_test_error" and any(r.get("selected_test_error") is None for r in finished(rows)):
+        return "final_test_error", ("runs without a validation split (none selects an epoch): decided on the final "
+                                    "epoch's test error")
+    return preferred, ""
+
+
+def sampling_error(rows: Sequence[dict], key: str = "final_test_error") -> str:
+    """The test-set sampling error of one run's error, binomial √(p(1 − p)/n) at the mean error and test size."""
+    from ..rules import binomial_error
+
+    done = [r for r in finished(rows) if r.get(key) is not None and r.get("n_test")]
+    if not done:
+        return ""
+    p = float(np.mean([r[key] for r in done]))
+    n = int(min(r["n_test"] for r in done))
+    count = f"{n:,}".replace(",", " ")
+    return f"test-set sampling error ±{100 * binomial_error(p, n):.2f} points (binomial, n_test = {count})"
+
+
+def one_data_set(rows: Sequence[dict]) -> str:
+    """The sentence every report carries: on which data set its verdict rests."""
+    data = sorted({str(r.get("dataset")) for r in rows if r.get("dataset")})
+    if not data:
+        return ""
+    titles = {"fashion-mnist": "Fashion-MNIST", "mnist": "MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100",
+              "stl10": "STL-10", "digits": "scikit-learn's 8×8 digits", "imagenet": "ImageNet-1k"}
+    names = ", ".join(titles.get(d, d) for d in data)
+    return (f"This verdict rests on one data set: {names}." if len(data) == 1
+            else f"This verdict rests on the data sets {names}.")
+
+
+def val_overfitting(curve: Sequence[dict]) -> float | None:
+    """How far the test loss rises after the epoch the validation split selects: the final test loss minus the
+    test loss at the epoch of the lowest validation loss (ties: the earliest). None without a validation split."""
+    val = [(m.get("val_loss"), i) for i, m in enumerate(curve) if isinstance(m.get("val_loss"), (int, float))]
+    if not val:
+        return None
+    best = min(val)[1]
+    return float(curve[-1]["test_loss"] - curve[best]["test_loss"])
 
 
 def balance_minimum(points: Sequence[dict]) -> dict[str, Any] | None:
@@ -157,3 +224,59 @@ def error_plot(points: Sequence[dict], x: str, series: str, title: str, xlabel: 
     if points:
         ax.legend(fontsize=8)
     return fig
+
+
+def conclude(preset: Any, rows: Sequence[dict], scale: str, verdicts: Sequence[Verdict],
+             checks: Sequence[dict] = (), value_note: str = "") -> dict[str, Any]:
+    """The outcome of a preset's claim (:func:`pkmixer.experiments.rules.outcome`): its regime checked on this
+    scale's runs, the epoch-doubling ``checks``, Holm's procedure across the parts; smoke scale never decides.
+    Returns the :class:`~pkmixer.experiments.preset.Analysis` fields ``supported``, ``outcome``, ``reason``,
+    ``regime``, ``decided_on`` and ``data_set``."""
+    from ..rules import outcome
+
+    dataset = next((r.get("dataset") for r in rows if r.get("dataset")), None)
+    regime = None
+    if scale != "smoke" and preset.regime(scale, dataset) is not None:
+        regime = preset.regime_check(scale, dataset)
+    converged, where = convergence(checks)
+    result = outcome(verdicts, regime=regime, converged=converged, convergence=where, decide=scale != "smoke")
+    column = {"final_test_error": "the final epoch's test error",
+              "selected_test_error": "the test error at the validation-selected epoch"}.get(preset.decided_on,
+                                                                                              preset.decided_on)
+    decided = f"Decided on {column}: {preset.decided_on_why}." + (f" Here: {value_note}." if value_note else "")
+    return {"supported": result.supported, "outcome": result.decision, "reason": result.reason,
+            "regime": regime.lines() if regime is not None else [], "decided_on": decided,
+            "data_set": one_data_set(rows)}
+
+
+def headline(fields: dict[str, Any]) -> str:
+    """The outcome as the verdict's closing sentence."""
+    reason = f" ({fields['reason']})" if fields.get("reason") else ""
+    return f" Outcome: {fields['outcome']}{reason}."
+
+
+def arm_table(runs: Sequence[dict], key: Any, arms: Sequence[Any], value: str) -> dict[Any, list[float]]:
+    """Seed -> [``value`` at each of ``arms``] (``key``: a column or a function of a row), the seeds with every arm
+    (:func:`pkmixer.experiments.stats.per_seed_table`)."""
+    return per_seed_table(runs, key, list(arms), value)
+
+
+def power_text(parts: Sequence[tuple[Any, Sequence[float]]], effect: str, seeds: int = 5,
+               required: Sequence[bool] | None = None, noise: Any = None) -> str:
+    """"power at the paper's effect (how it was read): 0.93 (1000 simulated experiments of ``seeds`` seeds)": how
+    often the parts (rule, true arm means) together say supported, with the noise of real runs
+    (:data:`pkmixer.experiments.calibration.RESIDUALS`, or ``noise``)."""
+    from ..calibration import RESIDUALS, simulate_claim
+
+    rates = simulate_claim(parts, seeds, 1000, noise or RESIDUALS, required=required)
+    return f"power at the paper's effect ({effect}): {rates['supported']:.2f} (1000 simulated {seeds}-seed experiments)"
+
+
+def difference_verdict(rule: Any, runs_a: Sequence[dict], runs_b: Sequence[dict], value: str, claim: str,
+                       quote: Any = "", extra: str = "", required: bool = True) -> Verdict:
+    """An :class:`~pkmixer.experiments.rules.ArmRule` on two arms (A, B) paired by seed."""
+    from ..rules import arm_verdict
+
+    rows = [dict(r, _arm="A") for r in runs_a] + [dict(r, _arm="B") for r in runs_b]
+    return arm_verdict(rule, per_seed_table(rows, "_arm", ["A", "B"], value), claim, quote=quote, extra=extra,
+                       required=required)

@@ -1,0 +1,105 @@
+"""Results kept as data: one small JSON file per finished run under the repository's ``reproduction/`` folder.
+
+A record is the run's results-table row (:func:`pkmixer.experiments.sweep.run_row`: its meta, final metrics, the
+validation-selected epoch and its test error, every epoch's training, validation and test loss and error, its probes'
+numbers, the environment it ran in - torch, Python, pkmixer, commit, CPU ISA and threads) with its whole config, a
+key that identifies the config (:func:`run_key`: the config without the keys that do not change a result, and the
+probes) and the hash of the rules of the preset that decided with it (:meth:`pkmixer.experiments.preset.Preset.
+rules_hash`). No checkpoints, no Gram matrices: a few kB a run.
+
+``pkmixer reproduce`` reads the records first and hands :func:`pkmixer.experiments.sweep.run_sweep` only the runs
+they do not hold (:func:`split_held`), so that a sweep on another machine skips what is recorded; it writes the
+records of the runs it finished at medium scale (:func:`write_records`). ``pkmixer reproduce --docs`` regenerates
+docs/reproduction.md's verdicts from them alone (:mod:`pkmixer.experiments.docs`).
+
+Layout: ``reproduction/<preset>-<scale>-<dataset>/<run name>.json``. The folder is found beside the source tree
+(:func:`records_dir`), or where ``PKMIXER_RECORDS`` points.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..atomic import write_text_atomically
+from .sweep import DONE, RunSpec, _normalized
+
+VERSION = 1
+
+
+def records_dir() -> Path | None:
+    """``$PKMIXER_RECORDS``, else the repository's ``reproduction/`` folder when this is a source checkout that has
+    one; None otherwise (an installed package keeps no records)."""
+    if os.environ.get("PKMIXER_RECORDS"):
+        return Path(os.environ["PKMIXER_RECORDS"])
+    folder = Path(__file__).resolve().parents[3] / "reproduction"
+    return folder if folder.is_dir() else None
+
+
+def run_key(spec: RunSpec) -> str:
+    """What identifies a run's result: its config without the keys that do not change it, and its probes."""
+    text = json.dumps({"config": _normalized(spec.config), "probes": sorted(spec.probes)}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def load_records(folder: Path | None) -> dict[str, dict]:
+    """Key -> record, of every record file under ``folder`` (none without one); a file that is not a record of
+    this version is skipped."""
+    out: dict[str, dict] = {}
+    if folder is None or not folder.is_dir():
+        return out
+    for path in sorted(folder.glob("*/*.json")):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("version") == VERSION and "key" in record and "row" in record:
+            out[record["key"]] = record
+    return out
+
+
+def split_held(specs: Sequence[RunSpec], records: dict[str, dict]) -> tuple[list[RunSpec], dict[str, dict]]:
+    """(the specs the records do not hold as done, run name -> the row of each held one, with this spec's name and
+    meta)."""
+    todo, held = [], {}
+    for spec in specs:
+        record = records.get(run_key(spec))
+        if record is not None and record["row"].get("status") in DONE:
+            held[spec.name] = {**record["row"], **spec.meta, "run": spec.name, "recorded": True}
+        else:
+            todo.append(spec)
+    return todo, held
+
+
+def record_of(spec: RunSpec, row: dict, *, preset: str, scale: str, rules: str) -> dict[str, Any]:
+    return {"version": VERSION, "key": run_key(spec), "preset": preset, "scale": scale, "rules": rules,
+            "config": spec.config.as_dict(), "probes": list(spec.probes), "row": row}
+
+
+def write_records(folder: Path, specs: Sequence[RunSpec], rows: Sequence[dict], *, preset: str, scale: str,
+                  dataset: str | None, rules: str) -> list[Path]:
+    """Write the record of every finished (or diverged) run of ``rows`` that is not already a record; returns the
+    files written."""
+    by_name = {s.name: s for s in specs}
+    sub = folder / f"{preset}-{scale}-{dataset}"
+    written = []
+    for row in rows:
+        spec = by_name.get(row["run"])
+        if spec is None or row.get("status") not in DONE or row.get("recorded"):
+            continue
+        sub.mkdir(parents=True, exist_ok=True)
+        path = sub / f"{spec.name}.json"
+        write_text_atomically(path, json.dumps(record_of(spec, row, preset=preset, scale=scale, rules=rules),
+                                               indent=1, sort_keys=True, default=str) + "\n")
+        written.append(path)
+    return written
+
+
+def rows_for(specs: Sequence[RunSpec], records: dict[str, dict]) -> list[dict]:
+    """The rows of ``specs`` that the records hold (the others left out): what a report made from records alone
+    reads."""
+    _, held = split_held(specs, records)
+    return [held[s.name] for s in specs if s.name in held]

@@ -1,0 +1,242 @@
+"""The presets' claims decided by the rules of pkmixer.experiments.rules on constructed rows (no training): the
+medium designs, the outcomes beside supported / contradicted / undecided, the validation split that selects an epoch
+on its own, the records kept as data and the docs generated from them."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from pkmixer.experiments import docs, get_preset, records
+from pkmixer.experiments.preset import list_presets
+from pkmixer.experiments.report import verdict_table
+from pkmixer.experiments.rules import NOT_CONVERGED, NOT_TESTABLE, OUT_OF_REGIME, adjusted
+from pkmixer.experiments.stats import CONTRADICTED, SUPPORTED, UNDECIDED
+from pkmixer.experiments.sweep import selected_epoch, selection_columns
+
+
+def _rows(specs, error_of, noise=0.0025, seed=0, doubled_shift=0.0):
+    """Finished rows of ``specs`` with test error ``error_of(meta)`` plus N(0, noise²) per run; the doubled runs
+    (``doubles``) at their original's error plus ``doubled_shift``."""
+    rng = np.random.default_rng(seed)
+    out, by_name = [], {}
+    for s in specs:
+        error = error_of(s.meta) + noise * rng.normal()
+        if s.meta.get("doubles"):
+            error = by_name[s.meta["doubles"]] + doubled_shift
+        by_name[s.name] = error
+        out.append({**s.meta, "run": s.name, "status": "finished", "final_test_error": error,
+                    "selected_test_error": error, "selection": "val_error", "n_test": 10_000,
+                    "epochs": s.config.schedule.epochs, "curve": []})
+    return out
+
+
+# ---- the medium designs ---------------------------------------------------------------------------------------
+
+def test_fig5_and_fig6_share_one_medium_grid_on_both_sides_of_c_equal_s():
+    fig5, fig6 = get_preset("fig5").runs("medium", None), get_preset("fig6").runs("medium", None)
+    assert [(s.name, s.config.as_dict()) for s in fig5] == [(s.name, s.config.as_dict()) for s in fig6]
+    mixers = {(s.meta["C"], s.meta["S"]) for s in fig5 if s.meta["model"] == "S-Mixer"}
+    assert mixers == {(8, 87), (16, 56), (32, 32), (56, 16), (87, 8)}  # mirrored pairs (App. C.4)
+    assert {s.meta["model"] for s in fig5} == {"S-Mixer", "RP S-Mixer", "SW-MLP"}
+    trained = [s for s in fig5 if not s.meta.get("doubles")]
+    assert len(trained) == 13 * 5 and len(fig5) - len(trained) == 6
+    c = trained[0].config
+    assert c.data.val_fraction == pytest.approx(1 / 12) and c.data.crop_padding == 4 and c.data.hflip
+    assert {s.config.schedule.epochs for s in fig5 if s.meta.get("doubles")} == {2 * c.schedule.epochs}
+
+
+def test_every_medium_design_fits_two_hours_or_is_out_of_regime_or_untestable():
+    from pkmixer.experiments.presets import recipes
+
+    for preset in list_presets():
+        if "medium" not in preset.scales:
+            continue
+        specs = preset.runs("medium", None)
+        assert all(s.config.data.val_fraction > 0 for s in specs), preset.name
+        check = preset.regime_check("medium", None)
+        if check.reached and preset.testable:
+            assert recipes.estimate_hours(preset.name, specs) <= recipes.BUDGET_HOURS + 0.05, preset.name
+
+
+@pytest.mark.parametrize("name, reached", [("fig4", False), ("fig7", False), ("table1", False), ("suppa1", False),
+                                           ("fig5", True), ("fig6", True), ("figs3", True)])
+def test_regimes_checked_from_the_configs(name, reached):
+    check = get_preset(name).regime_check("medium", None)
+    assert check.reached is reached and check.rows and any(line.startswith("- departure") for line in check.lines())
+    assert ("out of regime" in check.lines()[-1]) is not reached
+
+
+def test_check_regime_on_the_command_line(capsys):
+    from pkmixer.cli import main
+
+    assert main(["reproduce", "fig4", "--scale", "medium", "--check-regime"]) == 0
+    out = capsys.readouterr().out
+    assert "widest γm" in out and "NOT reached" in out and "out of regime" in out
+
+
+# ---- fig5 and fig6 on the grid ---------------------------------------------------------------------------------
+
+def _grid_error(mixer, sw):
+    def error(meta):
+        if meta["model"] == "SW-MLP":
+            return sw(meta["width"])
+        return mixer(math.log2(meta["C"] / meta["S"]), meta["width"]) + (0.01 if meta["model"] == "S-Mixer" else 0)
+    return error
+
+
+def test_fig5_supports_a_fall_with_width_and_a_u_shape_fails_the_end_part():
+    preset, specs = get_preset("fig5"), get_preset("fig5").runs("medium", None)
+    falls = preset.analyze(_rows(specs, _grid_error(lambda x, m: 0.2 - 0.02 * math.log2(m),
+                                                    lambda m: 0.2 - 0.01 * math.log2(m))), None, "medium")
+    assert falls.outcome == SUPPORTED and all(v.decision == SUPPORTED for v in falls.verdicts
+                                              if v.decision != NOT_TESTABLE)
+    # the widest (C = S) one point worse than the next-widest, the slope over all pairs still negative
+    def u(x, m):
+        return 0.2 - 0.03 * math.log2(m) + (0.03 * math.log2(1024) - 0.03 * math.log2(896) + 0.01 if m == 1024 else 0)
+    shaped = preset.analyze(_rows(specs, _grid_error(u, lambda m: 0.2 - 0.01 * math.log2(m))), None, "medium")
+    ends = [v for v in shaped.verdicts if "next" in v.claim and "Mixer" in v.claim]
+    assert ends and all(v.decision == CONTRADICTED for v in ends) and shaped.outcome == CONTRADICTED
+    flat = preset.analyze(_rows(specs, lambda meta: 0.12, seed=3), None, "medium")
+    assert flat.outcome == UNDECIDED
+
+
+def test_fig5_is_not_converged_when_doubling_moves_the_selected_error():
+    preset, specs = get_preset("fig5"), get_preset("fig5").runs("medium", None)
+    rows = _rows(specs, _grid_error(lambda x, m: 0.2 - 0.02 * math.log2(m), lambda m: 0.2 - 0.01 * math.log2(m)),
+                 doubled_shift=-0.006)
+    analysis = preset.analyze(rows, None, "medium")
+    assert analysis.outcome == NOT_CONVERGED and "moved" in analysis.reason
+
+
+def test_fig6_lowest_around_c_equal_s():
+    preset, specs = get_preset("fig6"), get_preset("fig6").runs("medium", None)
+    step = math.log2(87 / 8) / 2  # about the grid step
+
+    def around(centre):
+        return _grid_error(lambda x, m: 0.12 + 0.004 * ((x - centre) / step) ** 2, lambda m: 0.11)
+
+    assert preset.analyze(_rows(specs, around(0.0)), None, "medium").outcome == SUPPORTED
+    falling = preset.analyze(_rows(specs, _grid_error(lambda x, m: 0.12 + 0.004 * x, lambda m: 0.11)), None, "medium")
+    assert falling.outcome == CONTRADICTED  # lowest at C = 8, S = 87: the error still falls past one step
+    tied = preset.analyze(_rows(specs, lambda meta: 0.12, seed=5), None, "medium")
+    assert tied.outcome == UNDECIDED
+    assert any(v.decision == NOT_TESTABLE and "ImageNet" in v.claim for v in tied.verdicts)
+    assert all(len(v.margins) == 3 for v in tied.verdicts if v.decision != NOT_TESTABLE)
+
+
+# ---- outcomes beside the statistics ----------------------------------------------------------------------------
+
+def test_out_of_regime_and_not_testable_come_before_the_statistics():
+    table1 = get_preset("table1")
+    specs = table1.runs("medium", None)
+    rows = _rows(specs, lambda meta: 0.10 if meta["max_width"] > 9000 else 0.13)  # a clear effect
+    analysis = table1.analyze(rows, None, "medium")
+    assert analysis.verdicts[0].decision == SUPPORTED and analysis.outcome == OUT_OF_REGIME
+    assert "width ratio" in analysis.reason and analysis.supported is None
+    figs5 = get_preset("figs5")
+    analysis = figs5.analyze(_rows(figs5.runs("medium", None), lambda meta: 0.12), None, "medium")
+    assert analysis.outcome == NOT_TESTABLE and "side note" in analysis.reason
+
+
+def test_figs4_without_an_rp_deficit_is_out_of_regime():
+    preset = get_preset("figs4")
+    specs = preset.runs("medium", None)
+    better = preset.analyze(_rows(specs, lambda meta: 0.11 if meta["model"] != "S-Mixer" else 0.12), None, "medium")
+    assert better.verdicts[0].decision == CONTRADICTED and better.outcome == OUT_OF_REGIME
+    deficit = preset.analyze(_rows(specs, lambda meta: {"S-Mixer": 0.12, "RP block 1": 0.14,
+                                                         "RP S-Mixer": 0.14}.get(meta["model"], 0.121)), None, "medium")
+    assert [v.decision for v in deficit.verdicts] == [SUPPORTED] * 3 and deficit.outcome == SUPPORTED
+
+
+def test_fig7_has_no_exception_and_its_existential_part_is_not_testable():
+    preset = get_preset("fig7")
+    rows = _rows(preset.runs("medium", None), lambda meta: 0.12 - (0.01 if meta["model"] == "RP S-Mixer" else 0))
+    analysis = preset.analyze(rows, None, "medium")
+    assert analysis.outcome == OUT_OF_REGIME
+    assert analysis.verdicts[-1].decision == NOT_TESTABLE and "some cases" in analysis.verdicts[-1].quote
+
+
+def test_holm_reads_a_part_contradicted_alone_as_undecided():
+    from dataclasses import replace
+
+    from pkmixer.experiments.stats import Rule, decide
+
+    rule = Rule("d", 0.0, "below")
+    alone = decide(0.01, (0.001, 0.02), rule, 5, "a", p_against=0.03)  # contradicted at its own level
+    other = decide(-0.01, (-0.02, 0.001), rule, 5, "b", p_against=0.9)
+    assert alone.decision == CONTRADICTED and adjusted([alone, other]) == [UNDECIDED, UNDECIDED]
+    assert adjusted([replace(alone, p_against=0.01), other])[0] == CONTRADICTED
+    lines = "\n".join(verdict_table([alone, other]))
+    assert "not after Holm" in lines
+
+
+def test_every_trained_preset_quotes_the_paper():
+    for preset in list_presets():
+        if "medium" in preset.scales:
+            assert docs._quotes(preset), preset.name
+
+
+# ---- the validation split selects; the test split never does ---------------------------------------------------
+
+def test_changing_only_the_test_split_never_changes_the_selected_epoch():
+    rng = np.random.default_rng(0)
+    val = rng.uniform(0.1, 0.2, size=12)
+    base = [{"epoch": e + 1, "val_error": float(v), "test_error": 0.15} for e, v in enumerate(val)]
+    for k in range(20):
+        other = [{**m, "test_error": float(rng.uniform(0, 1)), "test_loss": float(rng.uniform(0, 2))} for m in base]
+        assert selected_epoch(other) == selected_epoch(base) == int(np.argmin(val)) + 1
+    ties = [{"epoch": e + 1, "val_error": 0.1} for e in range(4)]
+    assert selected_epoch(ties) == 1  # ties to the earliest
+    columns = selection_columns(base, {})
+    assert columns["selection"] == "val_error" and columns["selected_test_error"] == 0.15
+
+
+def test_a_run_without_a_validation_split_selects_nothing_and_says_so():
+    curve = [{"epoch": 1, "test_error": 0.3}, {"epoch": 2, "test_error": 0.2}]
+    legacy = selection_columns(curve, {"best_test_error": 0.2})
+    assert legacy["selected_epoch"] is None and "before the validation split" in legacy["selection"]
+    assert selection_columns(curve, {})["selection"] == "none"
+
+
+def test_figs6_measures_overfitting_from_the_validation_selected_epoch():
+    from pkmixer.experiments.presets.measures import val_overfitting
+
+    curve = [{"val_loss": 0.5, "test_loss": 0.3}, {"val_loss": 0.4, "test_loss": 0.35},
+             {"val_loss": 0.45, "test_loss": 0.5}]
+    assert val_overfitting(curve) == pytest.approx(0.15)  # from epoch 2 (lowest validation loss), not epoch 1
+    assert val_overfitting([{"test_loss": 0.3}]) is None
+
+
+# ---- results kept as data, docs generated from them -------------------------------------------------------------
+
+def test_records_round_trip_and_a_sweep_skips_what_they_hold(tmp_path):
+    preset = get_preset("fig2d")
+    specs = preset.runs("medium", None)
+    rows = _rows(specs, lambda meta: 0.10)
+    written = records.write_records(tmp_path, specs, rows, preset="fig2d", scale="medium", dataset="fashion-mnist",
+                                    rules=preset.rules_hash())
+    assert len(written) == len(specs) and all(p.stat().st_size < 20_000 for p in written)
+    record = json.loads(written[0].read_text())
+    assert record["rules"] == preset.rules_hash() and record["key"] == records.run_key(specs[0])
+    held = records.load_records(tmp_path)
+    todo, rows_held = records.split_held(specs, held)
+    assert todo == [] and set(rows_held) == {s.name for s in specs}
+    longer = [s for s in preset.runs("medium", None)]
+    other = [type(s)(s.name, s.config.override({"schedule.epochs": 3}), s.meta, s.probes) for s in longer]
+    assert records.split_held(other, held)[0] == other  # another config is not taken from the records
+
+
+def test_docs_are_generated_from_the_records_alone(tmp_path):
+    preset = get_preset("fig2d")
+    specs = preset.runs("medium", None)
+    before = docs.generate(tmp_path, tmp_path)
+    assert "| fig2d |" in before and "not run yet under this design" in before
+    records.write_records(tmp_path / "reproduction", specs,
+                          _rows(specs, lambda meta: 0.10 if meta["model"] == "Monarch" else 0.101),
+                          preset="fig2d", scale="medium", dataset="fashion-mnist", rules=preset.rules_hash())
+    after = docs.generate(tmp_path / "reproduction", tmp_path, write_figures=True)
+    row = next(line for line in after.splitlines() if line.startswith("| fig2d |"))
+    assert "supported" in row and "not run yet" not in row.split(" | ")[4]
+    assert (tmp_path / "docs" / "figures" / "fig2d_medium.png").is_file()
+    assert "This verdict rests on one data set: Fashion-MNIST." in after
