@@ -62,14 +62,14 @@ def timm_peer(ours: Mixer, name: str) -> nn.Module:
 # (name, batch, compile in quick mode) per mode; the CIFAR-sized ones are 32 px, 4 px patches, S = C = 64
 A_MODELS = {
     "smoke": [("smixer_t4_28", 4, False)],
-    "quick": [("smixer_s64_32", 128, True), ("mixer_s16_224", 8, False), ("mixer_b16_224", 8, False)],
-    "full": [("smixer_s64_32", 128, True), ("mixer_s64_32", 128, True), ("mixer_s16_224", 32, True),
+    "quick": [("smixer_c64p4_32", 128, True), ("mixer_s16_224", 8, False), ("mixer_b16_224", 8, False)],
+    "full": [("smixer_c64p4_32", 128, True), ("mixer_c64p4_32", 128, True), ("mixer_s16_224", 32, True),
              ("mixer_b16_224", 32, True)],
 }
 B_PAIRS = {  # (registered normal Mixer, batch); the RP one is the same with rp_blocks="all"
     "smoke": [("smixer_t4_28", 4)],
-    "quick": [("smixer_s64_32", 128), ("mixer_s64_32", 128), ("mixer_s16_224", 8)],
-    "full": [("smixer_s64_32", 128), ("mixer_s64_32", 128), ("mixer_s16_224", 16)],
+    "quick": [("smixer_c64p4_32", 128), ("mixer_c64p4_32", 128), ("mixer_s16_224", 8)],
+    "full": [("smixer_c64p4_32", 128), ("mixer_c64p4_32", 128), ("mixer_s16_224", 16)],
 }
 
 

@@ -39,7 +39,7 @@ def _cases(settings: Settings) -> list[dict]:
     return [
         {"case": "Fashion-MNIST S-Mixer (C = S = 32, 28 px grey)", "name": "smixer_t4_28",
          "options": dict(depth=depth or 4, embed_dim=32, num_tokens=32), "optim": ADAMW},
-        {"case": "Fig. 5 Ω = 2^18 S-Mixer (C = 32, S = 113, 32 px RGB)", "name": "smixer_s64_32",
+        {"case": "Fig. 5 Ω = 2^18 S-Mixer (C = 32, S = 113, 32 px RGB)", "name": "smixer_c64p4_32",
          "options": dict(depth=depth or 8, embed_dim=32, num_tokens=113), "optim": SGD},
     ]
 

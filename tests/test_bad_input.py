@@ -130,6 +130,8 @@ FLAGS = {
     "resume": "a mode; --run-dir is checked (and tested) with it in test_resume_needs_a_run",
     "quick": "a preset of throughput's own, valid, counts",
     "list": "lists presets; reproduce refuses it together with a name",
+    "check_regime": "a mode: prints the regime check of the preset its other options name, which are checked",
+    "docs": "a mode: regenerates the docs from the records (tests/test_reproduction_docs.py)",
     "stack": "a mode; a sweep whose runs cannot stack trains them alone (tests/test_stacked_runs.py)",
 }
 

@@ -47,7 +47,7 @@ def test_fig5_and_fig6_share_one_medium_grid_on_both_sides_of_c_equal_s():
 
 
 def test_every_medium_design_fits_two_hours_or_is_out_of_regime_or_untestable():
-    from pkmixer.experiments.presets import recipes
+    from pkmixer.experiments import recipes
 
     for preset in list_presets():
         if "medium" not in preset.scales:
@@ -200,7 +200,7 @@ def test_a_run_without_a_validation_split_selects_nothing_and_says_so():
 
 
 def test_figs6_measures_overfitting_from_the_validation_selected_epoch():
-    from pkmixer.experiments.presets.measures import val_overfitting
+    from pkmixer.experiments.measures import val_overfitting
 
     curve = [{"val_loss": 0.5, "test_loss": 0.3}, {"val_loss": 0.4, "test_loss": 0.35},
              {"val_loss": 0.45, "test_loss": 0.5}]

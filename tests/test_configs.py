@@ -1,5 +1,5 @@
 """Each training config in configs/ is one run of a paper-scale preset: the recipe lives in one place
-(src/pkmixer/experiments/presets/recipes.py and the preset modules) and the YAML files cannot drift from it."""
+(src/pkmixer/experiments/recipes.py and the preset modules) and the YAML files cannot drift from it."""
 from pathlib import Path
 
 import pytest

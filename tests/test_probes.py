@@ -101,17 +101,18 @@ def _a1_rows(gain, seeds=range(5), noise=0.002):
 
 
 def test_suppa1_decides_no_help_help_and_undecided(tmp_path):
+    """The parts are decided on the rows; the preset as a whole is out of regime at medium scale (the supplement's
+    claims are about ImageNet-scale Mixers), so it is neither supported nor contradicted."""
     preset = get_preset("suppa1")
+    testable = lambda analysis: {v.decision for v in analysis.verdicts if v.decision != "not testable here"}
     no_help = preset.analyze(_a1_rows(0.0), tmp_path, "medium")
-    assert no_help.supported is True and {v.decision for v in no_help.verdicts} == {"supported"}
-    assert len(no_help.verdicts) == 5  # one per modification, and grouping's 5-shot rule
-    assert no_help.numbers["pyramid: training time / baseline's"].startswith("0.60, 90 % interval [0.60, 0.60]")
+    assert no_help.supported is None and testable(no_help) == {"supported"}
+    assert len(no_help.verdicts) == 4  # untied, grouping's 5-shot rule; views and pyramids not testable here
+    assert no_help.numbers["pyramid: training time / baseline's"].startswith("0.60, 92 % interval [0.60, 0.60]")
     helped = preset.analyze(_a1_rows(0.03), tmp_path, "medium")  # 3 points better: a noticeable improvement
-    assert helped.supported is False and {v.decision for v in helped.verdicts} == {"contradicted"}
-    two = preset.analyze(_a1_rows(0.0, seeds=range(2)), tmp_path, "small")
-    assert two.supported is None and "a 90 % rule needs 5" in two.verdict
+    assert helped.supported is None and testable(helped) == {"contradicted"}
     edge = preset.analyze(_a1_rows(0.01, noise=0.01), tmp_path, "medium")  # at the threshold, noisy: undecided
-    assert {v.decision for v in edge.verdicts} == {"undecided"}
+    assert testable(edge) == {"undecided"}
 
 
 def test_suppa1_runs_are_the_supplements_modifications():

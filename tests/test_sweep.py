@@ -141,3 +141,14 @@ def test_workers_share_gpus_round_robin(monkeypatch):
     assert sweep._plan(100, 8, None, 1) == (8, 2)
     assert sweep._plan(3, 8, None, 2) == (3, 5)
     assert sweep.gpu_assignment(5, 2) == [0, 1, 0, 1, 0]
+
+
+def test_each_run_is_handed_on_as_it_ends(tmp_path):
+    """on_row sees every run's finished row at its end, before the sweep returns (what reproduce records at once)."""
+    seen = []
+
+    def on_row(s, row):
+        seen.append((s.name, row["status"], (tmp_path / "results.jsonl").read_text().count('"finished"')))
+
+    run_sweep([spec("a", 0), spec("b", 1)], tmp_path, workers=1, threads=1, log=quiet, on_row=on_row)
+    assert seen == [("a", "finished", 1), ("b", "finished", 2)]

@@ -37,7 +37,7 @@ from ..figures import figure_path, save_figure
 from ..layers.sparse import sample_bernoulli_mask
 from ..models import contract
 from ..theory.effective import effective_mlp, kron_identity, permutation_matrix, spmm
-from .effective import check_effective_nnz
+from .equivalence import check_effective_nnz
 
 MAX_PATTERN_SIDE = 4096  # larger matrices do not read as pictures
 

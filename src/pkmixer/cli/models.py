@@ -39,7 +39,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_effective(args: argparse.Namespace) -> int:
     """Build a small instance, its effective wide MLP, and the relative error between their outputs."""
-    from ..analysis.effective import effective_check
+    from ..analysis.equivalence import effective_check
 
     overrides = parse_overrides(args.set)
     bounded("--batch", args.batch, 1, MAX_BATCH)

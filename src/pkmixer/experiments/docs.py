@@ -54,7 +54,7 @@ def _estimate(verdicts: list) -> str:
 
 def preset_block(preset: Preset, records: dict, root: Path, write_figures: bool) -> tuple[str, str]:
     """(the verdict table's row, the preset's section) for ``preset`` at medium scale."""
-    from .presets import recipes
+    from . import recipes
 
     dataset = preset.default_dataset("medium")
     specs = preset.runs("medium", dataset)

@@ -127,13 +127,22 @@ def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, da
     todo, held = split_held(specs, load_records(folder))
     if held:
         log(f"records: {len(held)} of the {len(specs)} runs are held in {folder}; they are not run again")
+    keep = folder is not None and scale == "medium"
+    written: list[Path] = []
+
+    def record(spec: RunSpec, row: dict) -> None:  # as each run ends: a sweep killed later keeps it
+        written.extend(write_records(folder, [spec], [row], preset=name, scale=scale, dataset=dataset,
+                                     rules=preset.rules_hash()))
+
     ran = run_sweep(todo, sweep_dir, backend=backend, workers=workers, address=address, progress=progress,
-                    log=log, threads=threads, info=info, stack=stack) if todo or not held else []
+                    log=log, threads=threads, info=info, stack=stack,
+                    on_row=record if keep else None) if todo or not held else []
     by_name = {r["run"]: r for r in ran}
     rows = [held.get(s.name) or by_name[s.name] for s in specs]
-    if folder is not None and scale == "medium" and ran:
-        written = write_records(folder, todo, ran, preset=name, scale=scale, dataset=dataset,
-                                rules=preset.rules_hash())
+    if keep and ran:  # runs that ended before this call (a resumed sweep) are recorded here
+        done = {path.stem for path in written}
+        written += write_records(folder, todo, [r for r in ran if r["run"] not in done], preset=name, scale=scale,
+                                 dataset=dataset, rules=preset.rules_hash())
         if written:
             log(f"records: {len(written)} runs written to {folder}")
     left = unfinished(rows)
@@ -166,7 +175,7 @@ def rerender(sweep_dir: str | Path, overwrite: bool = False) -> dict[str, Any]:
 def check_regime(name: str, *, scale: str = "medium", dataset: str | None = None) -> dict[str, Any]:
     """The regime check of preset ``name`` at ``scale`` from its run configs, without training: its lines, whether
     it is reached, the runs and the estimated hours on 2 cores (where the preset's per-run time is recorded)."""
-    from .presets import recipes
+    from . import recipes
 
     preset = get_preset(name)
     chosen = preset.check_dataset(scale, dataset)

@@ -57,7 +57,7 @@ from typing import Any
 
 from ..atomic import is_temp_file, write_text_atomically
 from ..errors import ConfigError, unknown_name
-from ..train.config import TrainConfig, build_config, load_yaml
+from ..train.config import DataConfig, TrainConfig, build_config, load_yaml
 from ..train.rundir import RunDir, hold_lock, remove_if_untouched
 from .probes import check_probes, missing_probes, probe_columns, read_probes, run_probes
 
@@ -265,10 +265,10 @@ def selection_columns(curve: Sequence[dict], summary: dict[str, Any]) -> dict[st
             "best_val_error": at.get("val_error"), "final_val_error": curve[-1].get("val_error")}
 
 
-def test_size(config: TrainConfig) -> int | None:
+def test_size(data: DataConfig) -> int | None:
     """How many test images a run is evaluated on (:data:`TEST_SIZES`, or ``data.test_subset`` when fewer)."""
-    size = TEST_SIZES.get(config.data.name)
-    subset = config.data.test_subset
+    size = TEST_SIZES.get(data.name)
+    subset = data.test_subset
     if size is None:
         return subset
     return min(size, subset) if subset else size
@@ -297,7 +297,7 @@ def run_row(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
             "final_test_error": errors[-1] if errors else None,
             "final_test_loss": metrics[-1]["test_loss"] if metrics else None,
             "final_train_loss": metrics[-1].get("train_loss") if metrics else None,
-            **selection_columns(curve, summary), "n_test": test_size(spec.config),
+            **selection_columns(curve, summary), "n_test": test_size(spec.config.data),
             "epochs": len(metrics), "wall_time": sum(m.get("epoch_time", 0.0) for m in metrics),
             "params": summary.get("params"), "precision": summary.get("precision"),
             "pipeline": summary.get("pipeline"), "stack": metrics[-1].get("stack_members") if metrics else None,
@@ -654,7 +654,8 @@ def _check_existing(sweep: SweepDir, specs: Sequence[RunSpec], normalized: dict[
 
 def run_sweep(specs: Sequence[RunSpec], sweep_dir: Path, *, backend: str = "local", workers: int | None = None,
               address: str | None = None, progress: bool = True, log: Callable[[str], None] = print,
-              threads: int | None = None, info: dict[str, Any] | None = None, stack: bool = False) -> list[dict]:
+              threads: int | None = None, info: dict[str, Any] | None = None, stack: bool = False,
+              on_row: Callable[[RunSpec, dict], None] | None = None) -> list[dict]:
     """Run (or resume) every spec in ``sweep_dir``; returns the results table, one row per spec, in order.
 
     ``threads``: torch threads per run (default: the cores divided among the workers; 1 per Ray task);
@@ -663,7 +664,8 @@ def run_sweep(specs: Sequence[RunSpec], sweep_dir: Path, *, backend: str = "loca
     again to retry it. ``stack``: the runs still to train whose configs differ only in their seeds, learning rate
     and weight decay train as one stacked job each (:func:`stack_groups`, :func:`execute_stack`; each row's
     ``stack`` and curve say how it trained); off by default (on a CPU stacking measured no faster,
-    docs/performance.md section s).
+    docs/performance.md section s). ``on_row(spec, row)`` is called as each run ends, with its row (what
+    ``pkmixer reproduce`` keeps as a record at once, so that a sweep killed later keeps it).
     """
     if backend not in BACKENDS:
         raise unknown_name("backend", str(backend), BACKENDS)
@@ -697,6 +699,8 @@ def run_sweep(specs: Sequence[RunSpec], sweep_dir: Path, *, backend: str = "loca
             if result["status"] == "failed" and row["status"] != "failed":  # e.g. a worker that died
                 row.update(status="failed", error=result["error"])
             write_results(sweep.root, [rows[s.name] for s in specs])
+            if on_row is not None:
+                on_row(spec, row)
             tracker.update(row)
 
         if todo:

@@ -60,8 +60,8 @@ from ..rules import ArmRule, Quote, arm_verdict, contrast
 from ..stats import (Rule, aggregate, bootstrap_verdict, format_mean_std, interval_text, mean_std,
                      per_seed_difference, summary)
 from ..sweep import RunSpec, SweepDir
-from . import measures, recipes
-from .measures import finished
+from .. import measures, recipes
+from ..measures import finished
 
 GAMMA = 2.0
 MEDIUM_EPOCHS = 12  # 50 runs at the earlier design's 12 s a run-epoch: 2.0 h on 2 cores
@@ -133,14 +133,14 @@ class Fig2(Preset):
         grid = (recipe.image["img_size"] // recipe.image["patch_size"]) ** 2
         specs = []
         for size in sizes:
-            mixer = recipe.config({"name": "mixer_f2_32", "depth": depth, "embed_dim": size, "mlp_ratio": GAMMA,
+            mixer = recipe.config({"name": "mixer_c64d3p4_32", "depth": depth, "embed_dim": size, "mlp_ratio": GAMMA,
                                    "num_tokens": None if size == grid else size})
             meta = {"dataset": dataset, "model": "MLP-Mixer", "size": size, "width": size * size,
                     "density": 1 / size}  # (1/S + 1/C)/2 with S = C
             specs += self.seeded(f"mixer-s{size}", mixer, meta, scale, probes)
             for n in exponents:
                 p = 2.0 ** -n
-                sw = recipe.config({"name": "swmlp_f2_32", "depth": 2 * depth, "embed_dim": size, "mlp_ratio": GAMMA,
+                sw = recipe.config({"name": "swmlp_m4096d6p4_32", "depth": 2 * depth, "embed_dim": size, "mlp_ratio": GAMMA,
                                     "block": "mlp", "width": size * size, "density": p, "weight_format": "masked"})
                 meta = {"dataset": dataset, "model": "SW-MLP", "size": size, "width": size * size, "density": p}
                 specs += self.seeded(f"swmlp-s{size}-p{n}", sw, meta, scale, probes)

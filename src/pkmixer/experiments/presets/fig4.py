@@ -53,8 +53,8 @@ from ..rules import Quote
 from ..stats import (Rule, aggregate, bootstrap_verdict, difference_verdict, format_mean_std, per_seed_trend, summary,
                      trend_verdict)
 from ..sweep import RunSpec
-from . import measures, recipes
-from .measures import error_plot, finished
+from .. import measures, recipes
+from ..measures import error_plot, finished
 
 GAMMA = 2.0
 PAPER_CHANNELS = (4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 64)
@@ -130,9 +130,9 @@ class Fig4(Preset):
         specs = []
         for C, S in s.pairs():
             m, p = C * S, (1 / C + 1 / S) / 2
-            mixer = recipe.config({"name": "mixer_f2_32", "depth": s.depth, "embed_dim": C, "num_tokens": S,
+            mixer = recipe.config({"name": "mixer_c64d3p4_32", "depth": s.depth, "embed_dim": C, "num_tokens": S,
                                    "mlp_ratio": GAMMA})
-            sw = recipe.config({"name": "swmlp_f2_32", "depth": 2 * s.depth, "embed_dim": C, "width": m,
+            sw = recipe.config({"name": "swmlp_m4096d6p4_32", "depth": 2 * s.depth, "embed_dim": C, "width": m,
                                 "density": p, "block": "mlp", "mlp_ratio": GAMMA, "weight_format": "masked"})
             common = {"dataset": dataset, "omega": s.omega, "C": C, "S": S, "width": m, "gamma_width": GAMMA * m,
                       "density": p, "omega_exact": mixer_omega(C, S, GAMMA)}

@@ -56,8 +56,8 @@ from ..regime import Departures, Quantity, Regime, constant, ratio
 from ..rules import Quote, TrendRules, not_testable, trend_parts
 from ..stats import aggregate, format_mean_std, interval_text, per_seed_difference, summary
 from ..sweep import RunSpec
-from . import measures, recipes
-from .measures import COLOURS, learning_curves
+from .. import measures, recipes
+from ..measures import COLOURS, learning_curves
 
 FAMILIES = ("S-Mixer", "RP S-Mixer", "SW-MLP")
 # The paper's words each part tests, and the rules, fixed before any run is read
@@ -111,9 +111,9 @@ SIZES = {
 DIGITS = {"medium": MEDIUM_DIGITS,
           "small": dataclasses.replace(SMALL, mixer_pairs={2**12: symmetric_pairs(2**12, channels=[4, 16])},
                                        sw_omega=2**12, sw_embed_dim=4)}
-MODELS = {"S-Mixer": ("smixer", "smixer_s64_32", "smixer_t4_28"),  # family -> run tag, colour model, grey model
-          "RP S-Mixer": ("rpsmixer", "rp_smixer_s64_32", "rp_smixer_t4_28"),
-          "SW-MLP": ("swmlp", "swmlp_o18_32", "swmlp_t4_28")}
+MODELS = {"S-Mixer": ("smixer", "smixer_c64p4_32", "smixer_t4_28"),  # family -> run tag, colour model, grey model
+          "RP S-Mixer": ("rpsmixer", "rp_smixer_c64p4_32", "rp_smixer_t4_28"),
+          "SW-MLP": ("swmlp", "swmlp_m1619p4_32", "swmlp_t4_28")}
 
 
 def _recipe(scale: str, dataset: str) -> recipes.Recipe:

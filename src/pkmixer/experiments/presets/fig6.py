@@ -52,8 +52,8 @@ from ..regime import Departures, Quantity, Regime, constant
 from ..rules import AroundRules, Quote, around_parts, not_testable
 from ..stats import aggregate, format_mean_std, interval_text, per_seed_trend, summary
 from ..sweep import RunSpec
-from . import measures, recipes
-from .measures import balance_minimum, error_plot, finished
+from .. import measures, recipes
+from ..measures import balance_minimum, error_plot, finished
 
 IMAGENET_OMEGA = 290_217_984  # γ (768²·196 + 768·196²)/2 with γ = 4 (App. C.5)
 IMAGENET_PATCHES = (7, 8, 14, 16, 28, 32)
@@ -145,7 +145,7 @@ class Fig6(Preset):
             sweep = _Sweep(recipes.smoke(), 2**9, _mirrored(symmetric_pairs(2**9, channels=[4, 8])), 1, 0)
         seeder = recipes.paper_seeds(self, scale, sweep.seeds)
         specs = []
-        for family, model in (("S-Mixer", "smixer_s64_32"), ("RP S-Mixer", "rp_smixer_s64_32")):
+        for family, model in (("S-Mixer", "smixer_c64p4_32"), ("RP S-Mixer", "rp_smixer_c64p4_32")):
             for C, S in sweep.pairs:
                 config = sweep.recipe.config({"name": model, "depth": sweep.depth, "embed_dim": C, "num_tokens": S})
                 meta = {"dataset": dataset, "model": family, "omega": sweep.omega, "gamma": 1.0, "C": C, "S": S,

@@ -39,10 +39,10 @@ from ..regime import Departures, Quantity, Regime, widest
 from ..rules import ArmRule, Quote, arm_verdict, contrast, not_testable
 from ..stats import aggregate, format_mean_std, gap, interval_text, per_seed_table, per_seed_trend, summary
 from ..sweep import RunSpec
-from . import measures, recipes
-from .measures import error_plot, finished
+from .. import measures, recipes
+from ..measures import error_plot, finished
 
-FAMILIES = {"S-Mixer": ("smixer_s128_32", "smixer"), "RP S-Mixer": ("rp_smixer_s128_32", "rpsmixer")}
+FAMILIES = {"S-Mixer": ("smixer_c128p4_32", "smixer"), "RP S-Mixer": ("rp_smixer_c128p4_32", "rpsmixer")}
 QUOTE = Quote("Sec. 5.4", "As is shown in Figure 7, we observed that RP Mixers tended to underperform at limited "
                           "depths but could achieve comparable or better results than normal Mixers with increased "
                           "depths.")

@@ -69,11 +69,11 @@ from ..rules import ArmRule, Quote, TrendRules, arm_verdict, slope_on, trend_par
 from ..stats import (Rule, aggregate, bootstrap_verdict, format_mean_std, interval_text, per_seed_difference,
                      per_seed_table, per_seed_trend, summary)
 from ..sweep import RunSpec
-from . import measures, recipes
-from .measures import COLOURS, doubling, doubling_report, finished
+from .. import measures, recipes
+from ..measures import COLOURS, doubling, doubling_report, finished
 
 FAMILIES = ("SW-MLP", "S-Mixer")
-MODELS = {"SW-MLP": ("swmlp_o18_32", "swmlp_t4_28"), "S-Mixer": ("smixer_s64_32", "smixer_t4_28")}  # colour, grey
+MODELS = {"SW-MLP": ("swmlp_m1619p4_32", "swmlp_t4_28"), "S-Mixer": ("smixer_c64p4_32", "smixer_t4_28")}  # colour, grey
 MIXER_ALPHA = 1 / 3  # the S-Mixer's lowest density p = Ω^{-1/3}, at C = S (Eq. 15; App. D.1: "a = 1/3")
 # The paper's words and the rules, fixed before any run is read
 QUOTE_LEFT = Quote("Fig. S.1 caption", "(Left) Trainability decreases as the sparsity 1 − p becomes too high.")

@@ -49,8 +49,8 @@ from ..regime import Departures, Quantity, Regime, constant, ratio
 from ..rules import Quote, TrendRules, trend_parts
 from ..stats import aggregate, format_mean_std, interval_text, per_seed_difference, rank_correlation, summary
 from ..sweep import RunSpec
-from . import measures, recipes
-from .measures import doubling, doubling_report, error_plot, trained
+from .. import measures, recipes
+from ..measures import doubling, doubling_report, error_plot, trained
 
 GAMMA = 4.0
 PAPER_DATASETS = ("cifar10", "cifar100")
@@ -108,14 +108,14 @@ class FigS2(Preset):
             for family, rp in (("MLP-Mixer", None), ("RP MLP-Mixer", "all")):
                 for C in s.channels:
                     S = tokens_for_channels(omega, C, GAMMA)
-                    config = s.recipe.config({"name": "mixer_s64_32", "depth": s.depth, "embed_dim": C, "num_tokens": S,
+                    config = s.recipe.config({"name": "mixer_c64p4_32", "depth": s.depth, "embed_dim": C, "num_tokens": S,
                                               "mlp_ratio": GAMMA, "rp_blocks": rp})
                     meta = {"dataset": dataset, "model": family, "omega": omega, "C": C, "S": S, "width": C * S,
                             "density": None, "omega_exact": mixer_omega(C, S, GAMMA)}
                     specs += self.seeded(f"{FAMILIES[family]}-o{omega}-c{C}", config, meta, scale)
             for p in s.densities:
                 m = swmlp_width(omega, p, GAMMA)
-                config = s.recipe.config({"name": "swmlp_o18_32", "depth": s.sw_depth, "embed_dim": s.sw_embed_dim,
+                config = s.recipe.config({"name": "swmlp_m1619p4_32", "depth": s.sw_depth, "embed_dim": s.sw_embed_dim,
                                           "width": m, "density": p, "block": "mlp", "mlp_ratio": GAMMA,
                                           "weight_format": "sparse" if s.sw_format == "sparse" and p < 1
                                           else "masked"})

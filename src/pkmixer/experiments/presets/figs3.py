@@ -47,8 +47,8 @@ from ..regime import Departures, Quantity, Regime
 from ..rules import AroundRules, Quote, TrendRules, around_parts, trend_parts
 from ..stats import aggregate, format_mean_std, interval_text, per_seed_trend, rank_correlation, summary
 from ..sweep import RunSpec
-from . import measures, recipes
-from .measures import balance_minimum, doubling, doubling_report, error_plot, trained
+from .. import measures, recipes
+from ..measures import balance_minimum, doubling, doubling_report, error_plot, trained
 
 FAMILIES = {"MLP-Mixer": "mixer", "RP MLP-Mixer": "rpmixer"}
 # The paper's words and the rules, fixed before any run is read
@@ -101,7 +101,7 @@ class FigS3(Preset):
             for row in fixed_width_table(omega, s.width, s.channels):
                 C, S, gamma = row["C"], row["S"], row["gamma"]
                 for family, rp in (("MLP-Mixer", None), ("RP MLP-Mixer", "all")):
-                    config = s.recipe.config({"name": "mixer_s64_32", "depth": s.depth, "embed_dim": C,
+                    config = s.recipe.config({"name": "mixer_c64p4_32", "depth": s.depth, "embed_dim": C,
                                               "num_tokens": S, "mlp_ratio": gamma, "rp_blocks": rp})
                     meta = {"dataset": dataset, "model": family, "omega": omega, "width": s.width, "C": C, "S": S,
                             "gamma": round(gamma, 4)}

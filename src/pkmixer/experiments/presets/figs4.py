@@ -42,7 +42,7 @@ from ..rules import OUT_OF_REGIME, ArmRule, Quote, arm_verdict, contrast
 from ..stats import (SUPPORTED, aggregate, bootstrap_interval, format_mean_std, gap, interval_text,
                      per_seed_difference, per_seed_table, summary)
 from ..sweep import RunSpec
-from . import measures, recipes
+from .. import measures, recipes
 
 QUOTE_FIRST = Quote("App. D.5", "Interestingly, when the accuracy deterioration apparently appears (e.g., cases of "
                                 "CIFAR-10 and STL-10 in Figure 7), this deterioration is attributed to the first block.")
@@ -114,7 +114,7 @@ class FigS4(Preset):
         specs = []
         for label, rp, block in _variants(depth):
             tokens = None if width == (recipe.image["img_size"] // recipe.image["patch_size"]) ** 2 else width
-            config = recipe.config({"name": "smixer_s64_32", "depth": depth, "embed_dim": width, "num_tokens": tokens,
+            config = recipe.config({"name": "smixer_c64p4_32", "depth": depth, "embed_dim": width, "num_tokens": tokens,
                                     "rp_blocks": rp})
             meta = {"dataset": dataset, "model": label, "rp_block": block, "depth": depth, "C": width, "S": width}
             tag = "normal" if rp is None else "allrp" if rp == "all" else f"rp{block}"

@@ -38,10 +38,10 @@ from ..preset import Analysis, Preset, register_preset
 from ..rules import Quote, not_testable
 from ..stats import aggregate, format_mean_std
 from ..sweep import RunSpec
-from . import measures, recipes
-from .measures import doubling, doubling_report, error_plot, trained
+from .. import measures, recipes
+from ..measures import doubling, doubling_report, error_plot, trained
 
-FAMILIES = {"S-Mixer": ("smixer_s64_32", "smixer"), "RP S-Mixer": ("rp_smixer_s64_32", "rpsmixer")}
+FAMILIES = {"S-Mixer": ("smixer_c64p4_32", "smixer"), "RP S-Mixer": ("rp_smixer_c64p4_32", "rpsmixer")}
 PATCHES = {32: (1, 2, 4, 8, 16, 32), 90: (1, 3, 6, 10, 18, 30), 28: (1, 2, 4, 7, 14, 28), 8: (1, 2, 4)}
 QUOTE = Quote("App. D.6", "Although this is beyond the scope of this study, we show the performance depending on C₀ in "
                           "Figure S.5 as a side note. [...] We observed that the optimal C₀ depended on data; C₀ = 48 "

@@ -64,8 +64,8 @@ from ..regime import Departures, Quantity, Regime, constant
 from ..rules import ArmRule, Quote, arm_verdict, contrast, slope_on
 from ..stats import interval_text, mean_std, per_seed_difference, per_seed_table, summary
 from ..sweep import RunSpec
-from . import measures, recipes
-from .measures import COLOURS, finished, learning_curves, mean_curve, overfitting, val_overfitting
+from .. import measures, recipes
+from ..measures import COLOURS, finished, learning_curves, mean_curve, overfitting, val_overfitting
 
 PAPER_CHANNELS = (16, 32, 64, 114, 173)
 # The paper's words and the rules, fixed before any run is read; losses are cross-entropies (nats). Overfitting is
@@ -258,7 +258,7 @@ class FigS6(_Overfitting):
     source = "Hayase & Karakida Fig. S.6, App. D.7"
     quotes = (QUOTE_S6,)
     rule_names = ("TWICE_RULE",)
-    families = {"S-Mixer": {"name": "smixer_s64_32"}, "RP S-Mixer": {"name": "rp_smixer_s64_32"}}
+    families = {"S-Mixer": {"name": "smixer_c64p4_32"}, "RP S-Mixer": {"name": "rp_smixer_c64p4_32"}}
 
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
         rows = finished(rows)
@@ -315,8 +315,8 @@ class FigS7(_Overfitting):
     gamma = 4.0
     paper_data = {"batch_size": 256, "auto_augment": "cifar10"}
     medium = ({"train_subset": 2000, "test_subset": 2000}, 50)  # γ = 4 and AutoAugment: 9 times the time per image
-    families = {"MLP-Mixer": {"name": "mixer_s64_32", "mlp_ratio": 4.0},
-                "RP MLP-Mixer": {"name": "rp_mixer_s64_32", "mlp_ratio": 4.0}}
+    families = {"MLP-Mixer": {"name": "mixer_c64p4_32", "mlp_ratio": 4.0},
+                "RP MLP-Mixer": {"name": "rp_mixer_c64p4_32", "mlp_ratio": 4.0}}
 
     def build(self, scale: str, dataset: str | None) -> list[RunSpec]:
         specs = super().build(scale, dataset)

@@ -22,7 +22,7 @@ Supported when all three are, contradicted when any is, undecided otherwise (and
 
 Scales:
 
-* ``paper`` - App. D.7: MLP-Mixer and RP MLP-Mixer, S = C = 64, γ = 4, 8 blocks (``mixer_s64_32``), AdamW
+* ``paper`` - App. D.7: MLP-Mixer and RP MLP-Mixer, S = C = 64, γ = 4, 8 blocks (``mixer_c64p4_32``), AdamW
   lr 0.01 (weight decay unstated: AdamW's default 0.01), batch 256, 600 epochs, cosine annealing, AutoAugment
   with App. C.4's crop and flip, 5 seeds; CIFAR-10 (the data set of D.7's other figures).
 * ``medium`` - small's models with :func:`.recipes.medium` (AdamW lr 0.003, batch 128) and AutoAugment on
@@ -52,10 +52,10 @@ from ..regime import Departures, Quantity, Regime, constant
 from ..rules import ArmRule, Quote, arm_verdict, contrast
 from ..stats import interval_text, mean_std, per_seed_difference, per_seed_table, summary
 from ..sweep import RunSpec
-from . import measures, recipes
-from .measures import COLOURS, finished, learning_curves, mean_curve
+from .. import measures, recipes
+from ..measures import COLOURS, finished, learning_curves, mean_curve
 
-FAMILIES = {"MLP-Mixer": ("mixer_s64_32", "mixer"), "RP MLP-Mixer": ("rp_mixer_s64_32", "rpmixer")}
+FAMILIES = {"MLP-Mixer": ("mixer_c64p4_32", "mixer"), "RP MLP-Mixer": ("rp_mixer_c64p4_32", "rpmixer")}
 # The paper's words and the rules, fixed before any run is read (losses are cross-entropies in nats); the arms of
 # each per-seed table are (normal, RP)
 QUOTE_CAPTION = Quote("Fig. S.8 caption", "The RP MLP-Mixer exceeded the results of the normal one in test loss and "

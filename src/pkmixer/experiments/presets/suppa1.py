@@ -46,8 +46,8 @@ from ..regime import Departures, Quantity, Regime, constant
 from ..rules import ArmRule, Quote, contrast, not_testable
 from ..stats import aggregate, format_mean_std, interval_text, per_seed_difference, per_seed_ratio, summary
 from ..sweep import RunSpec
-from . import measures, recipes
-from .measures import finished
+from .. import measures, recipes
+from ..measures import finished
 
 QUOTE_UNTIED = Quote("supp. A.1", "We did not observe any noticeable improvements.")
 QUOTE_GROUPED = Quote("supp. A.1", "This concatenation of the column-vectors improved linear 5-shot top-1 accuracy on "

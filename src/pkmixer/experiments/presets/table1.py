@@ -56,8 +56,8 @@ from ..regime import Departures, Quantity, Regime, ratio
 from ..rules import ArmRule, Quote, contrast
 from ..stats import aggregate, format_mean_std, gap, interval_text, per_seed_difference, summary
 from ..sweep import RunSpec
-from . import measures, recipes
-from .measures import doubling, doubling_report, trained
+from .. import measures, recipes
+from ..measures import doubling, doubling_report, trained
 
 PAPER_DATASETS = ("cifar10", "cifar100", "imagenet")
 # The paper's words and the rule, fixed before any run is read: "improved" is a paired difference below 0 (Table 1

@@ -28,7 +28,7 @@ What a run shows, per setting and model:
   s/epoch). The device and the load average are in the table.
 
 Settings. The caption states S = 64, C = 48, L = 3, γ = 2 for CIFAR, but the printed CIFAR numbers are those of
-S = C = 64 (m = 4096, Ω = 2^19, the Fig. 2 model ``mixer_f2_32``): the SW-MLP's 805 M FLOPs and 3.22 GB need
+S = C = 64 (m = 4096, Ω = 2^19, the Fig. 2 model ``mixer_c64d3p4_32``): the SW-MLP's 805 M FLOPs and 3.22 GB need
 m = 4096, and the Mixers' 12.5 M FLOPs need S = C = 64; we use S = C = 64 at 32 px, P = 4. ImageNet: S = 256,
 C = 588, L = 8, γ = 4 at 224 px, P = 14 (Mixer-B-W's shape; Ω = 254 091 264). The SW-MLP has 2L blocks of S.17,
 one per token- and per channel-mixing MLP of the Mixer (App. C.1), at the density p = Ω/(γm²) that gives it the

@@ -11,7 +11,7 @@
   ``curve``), averaged over seeds, and how far a test loss rises after its minimum (Figs. S.6-S.8).
 * :func:`error_plot` - mean test error ± std over seeds against a swept quantity, one line per family.
 * :func:`trained`, :func:`doubling`, :func:`doubling_report`, :func:`convergence` - medium scale's epoch-doubling
-  check (:func:`pkmixer.experiments.presets.recipes.doubled_ends`): the runs the verdicts read, each doubled run
+  check (:func:`pkmixer.experiments.recipes.doubled_ends`): the runs the verdicts read, each doubled run
   against its original on the validation-selected test error, and whether the claim is "not converged".
 * :func:`decided_value`, :func:`selected_or_final`, :func:`sampling_error`, :func:`one_data_set`,
   :func:`val_overfitting` - the error a verdict reads (final or validation-selected), the binomial test-set error
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..stats import Rule, Verdict, bootstrap_verdict, per_seed_table
+from .stats import Rule, Verdict, bootstrap_verdict, per_seed_table
 
 COLOURS = {"S-Mixer": "tab:red", "RP S-Mixer": "tab:orange", "MLP-Mixer": "tab:red", "RP MLP-Mixer": "tab:orange",
            "SW-MLP": "tab:blue", "Monarch": "tab:purple", "Kronecker": "tab:green"}
@@ -109,7 +109,7 @@ def decided_value(rows: Sequence[dict], preferred: str) -> tuple[str, str]:
 
 def sampling_error(rows: Sequence[dict], key: str = "final_test_error") -> str:
     """The test-set sampling error of one run's error, binomial √(p(1 − p)/n) at the mean error and test size."""
-    from ..rules import binomial_error
+    from .rules import binomial_error
 
     done = [r for r in finished(rows) if r.get(key) is not None and r.get("n_test")]
     if not done:
@@ -232,7 +232,7 @@ def conclude(preset: Any, rows: Sequence[dict], scale: str, verdicts: Sequence[V
     scale's runs, the epoch-doubling ``checks``, Holm's procedure across the parts; smoke scale never decides.
     Returns the :class:`~pkmixer.experiments.preset.Analysis` fields ``supported``, ``outcome``, ``reason``,
     ``regime``, ``decided_on`` and ``data_set``."""
-    from ..rules import outcome
+    from .rules import outcome
 
     dataset = next((r.get("dataset") for r in rows if r.get("dataset")), None)
     regime = None
@@ -266,7 +266,7 @@ def power_text(parts: Sequence[tuple[Any, Sequence[float]]], effect: str, seeds:
     """"power at the paper's effect (how it was read): 0.93 (1000 simulated experiments of ``seeds`` seeds)": how
     often the parts (rule, true arm means) together say supported, with the noise of real runs
     (:data:`pkmixer.experiments.calibration.RESIDUALS`, or ``noise``)."""
-    from ..calibration import RESIDUALS, simulate_claim
+    from .calibration import RESIDUALS, simulate_claim
 
     rates = simulate_claim(parts, seeds, 1000, noise or RESIDUALS, required=required)
     return f"power at the paper's effect ({effect}): {rates['supported']:.2f} (1000 simulated {seeds}-seed experiments)"
@@ -275,7 +275,7 @@ def power_text(parts: Sequence[tuple[Any, Sequence[float]]], effect: str, seeds:
 def difference_verdict(rule: Any, runs_a: Sequence[dict], runs_b: Sequence[dict], value: str, claim: str,
                        quote: Any = "", extra: str = "", required: bool = True) -> Verdict:
     """An :class:`~pkmixer.experiments.rules.ArmRule` on two arms (A, B) paired by seed."""
-    from ..rules import arm_verdict
+    from .rules import arm_verdict
 
     rows = [dict(r, _arm="A") for r in runs_a] + [dict(r, _arm="B") for r in runs_b]
     return arm_verdict(rule, per_seed_table(rows, "_arm", ["A", "B"], value), claim, quote=quote, extra=extra,

@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...train.config import TrainConfig, build_config
-from ..preset import Preset
-from ..sweep import RunSpec
+from ..train.config import TrainConfig, build_config
+from .preset import Preset
+from .sweep import RunSpec
 
 COLOUR32 = {"img_size": 32, "patch_size": 4, "in_chans": 3}  # S0 = 64 (App. C.4)
 GREY28 = {"img_size": 28, "patch_size": 4, "in_chans": 1}  # S0 = 49
