@@ -1,4 +1,4 @@
-"""pkmixer's benchmark suite (issue 6; docs/performance.md): ours against timm and dense baselines.
+"""pkmixer's benchmark suite (docs/performance.md): ours against timm and dense baselines.
 
 ``python -m benchmarks.run`` (``make bench``, ``make bench-full``) runs the sections
 
@@ -8,7 +8,7 @@
 * d - Kronecker and Monarch layers against a dense layer of the same width;
 * e - token-mixing formulations;
 * f - achieved FLOP/s of every model of (a) as a fraction of a plain sgemm measured in the same run;
-* g - ``pkmixer train``'s epoch against a frozen hand-written in-memory loop (issue 15);
+* g - ``pkmixer train``'s epoch against a frozen hand-written in-memory loop;
 * h - Fig. 5 at paper scale on a GPU: each model's step per precision and the sweep's projected GPU hours;
 * s - stacked training (K runs as one model) against K sequential runs,
 

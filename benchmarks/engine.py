@@ -1,4 +1,4 @@
-"""Section g: ``pkmixer train`` against a hand-written in-memory training loop (issue 15's targets).
+"""Section g: ``pkmixer train`` against a hand-written in-memory training loop (its targets: docs/performance.md, section g).
 
 Each case trains the same model with the same batch size and fused AdamW for ``EPOCHS`` epochs, in two ways:
 

@@ -1,4 +1,4 @@
-"""Section h: the paper-scale Fig. 5 sweep on one GPU, projected from measured training steps (issue 15, item 4).
+"""Section h: the paper-scale Fig. 5 sweep on one GPU, projected from measured training steps.
 
 For each distinct model of ``pkmixer reproduce fig5 --scale paper --dataset cifar10`` (111 runs, 200 epochs of
 50 000 images), in each precision of the engine (fp32; fp32 with TF32 products; bf16 autocast):
@@ -12,7 +12,7 @@ For each distinct model of ``pkmixer reproduce fig5 --scale paper --dataset cifa
   images/s), per precision and per Ω.
 
 What it leaves out: the data pipeline (augmentation on the device: crop, flip, RandAugment, mixup) and the
-checkpoint writes, both measured by section g; so the projection is a floor. Targets (issue 15): the Ω ≤ 2^21
+checkpoint writes, both measured by section g; so the projection is a floor. Targets: the Ω ≤ 2^21
 runs in ≤ 30 GPU-minutes in all; the Ω = 2^27 runs at ≥ 60 % of the matmul throughput. A GPU only; on the CPU
 the section runs its smoke form (two models, one precision) so that the code is exercised by the tests.
 """

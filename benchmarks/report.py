@@ -21,7 +21,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def targets(result: dict) -> list[dict]:
-    """Each target of issue 6 with its measured value (None when its section did not run)."""
+    """Each target with its measured value (None when its section did not run)."""
     s, out = result["sections"], []
     if "a" in s:
         for row in (r for r in s["a"]["rows"] if r["kind"] == "train"):
@@ -73,7 +73,7 @@ def targets(result: dict) -> list[dict]:
         for r in s["w"]["rows"]:
             out.append({"target": f"Fig. 5 Ω ≤ 2^21 runs as a whole sweep, GPU-minutes in all ({r['case']})",
                         "goal": "≤ 30 min", "value": r["projected_gpu_minutes"], "met": r["projected_gpu_minutes"] <= 30})
-    if "s" in s and result["settings"]["device"] == "cuda":  # issue 15: reported on the CPU, a target on a GPU
+    if "s" in s and result["settings"]["device"] == "cuda":  # reported on the CPU, a target on a GPU
         for r in (r for r in s["s"]["rows"] if r["model"] == "smixer_c64p4_32" and r["members"] == 8):
             out.append({"target": "Ω = 2^18 S-Mixer stacked ×8 / 8 sequential runs, member-steps per second",
                         "goal": "≥ 3×", "value": r["speedup"], "met": r["speedup"] >= 3})

@@ -12,7 +12,7 @@ one call of each of
 
 Each member's batch is its own fixed random batch of 128 on ``settings.device`` (under bf16 autocast on a GPU).
 Member-steps per second = K / call time; the speedup is sequential time / stacked time, measured in the same loop.
-Cases: the small Fashion-MNIST S-Mixer of Fig. 5 / issue 15 (4 blocks, C = S = 32, 28 px grey, AdamW) and
+Cases: the small Fashion-MNIST S-Mixer of Fig. 5 (4 blocks, C = S = 32, 28 px grey, AdamW) and
 Fig. 5's paper-scale Ω = 2^18 S-Mixer on CIFAR-sized input (8 blocks, C = 32, S = 113, 32 px RGB, patch 4,
 Nesterov SGD), at K = 1, 4, 8 (smoke: toy sizes, K = 1, 2).
 """

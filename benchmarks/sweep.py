@@ -1,4 +1,4 @@
-"""Section w: Fig. 5's Ω ≤ 2^21 runs at paper scale as a whole sweep on one GPU, timed end to end (issue 15, item 4).
+"""Section w: Fig. 5's Ω ≤ 2^21 runs at paper scale as a whole sweep on one GPU, timed end to end.
 
 Section h projects the sweep from model steps alone; this section runs the real thing, truncated in epochs:
 :func:`pkmixer.experiments.sweep.run_sweep` over the 87 runs of ``pkmixer reproduce fig5 --scale paper --dataset
@@ -14,8 +14,8 @@ inductor's on-disk cache, as a real sweep's first runs do for the rest (on the H
 and a warm 2-epoch one 178 s, so without it the difference is meaningless); its extra time over the warm 1-epoch
 sweep is added to the projection. Cases: eager execution (eager), ``run.compile_mode=reduce-overhead`` (graphs:
 CUDA graphs, ``pkmixer reproduce --compile reduce-overhead``), and each with a point's 3 seeds trained as one stack
-(stacked, stacked-graphs: ``--stack``, 29 jobs of 3); ``--sweep-cases`` picks them. Target
-(issue 15): ≤ 30 GPU-minutes for these runs. A GPU only; on the CPU the smoke form trains 2 runs of 256 images.
+(stacked, stacked-graphs: ``--stack``, 29 jobs of 3); ``--sweep-cases`` picks them. Target:
+≤ 30 GPU-minutes for these runs. A GPU only; on the CPU the smoke form trains 2 runs of 256 images.
 """
 from __future__ import annotations
 

@@ -72,7 +72,7 @@ def test_written_with_the_permissions_of_a_plain_open(tmp_path):
 @pytest.mark.parametrize("name", ["smixer_t4_28", "mixer_pyramid_t4_28", "swmlp_t4_28", "mixer_b16_224"])
 def test_checkpoints_record_every_constructor_argument(tmp_path, monkeypatch, name):
     """Editing a registry default later never changes what an old checkpoint means: the file records every
-    argument its model was built with (issue 13 item 3). A file from before they were recorded follows the
+    argument its model was built with. A file from before they were recorded follows the
     registry, as it always did."""
     import inspect
 

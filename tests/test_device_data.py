@@ -1,4 +1,4 @@
-"""Device-resident data (pkmixer.data.resident) and batched augmentation (pkmixer.data.batch_augment), issue 15:
+"""Device-resident data (pkmixer.data.resident) and batched augmentation (pkmixer.data.batch_augment):
 
 * the resident tensors hold build_dataset's examples, in its order, and the batch iterator gives
   GlobalBatchSampler's batches;

@@ -53,7 +53,7 @@ def test_smoke_scale_runs_and_reports(name, tmp_path):
         assert (tmp_path / "report" / path.split("/")[-1]).stat().st_size > 0
 
 
-# ---- every registered preset: one style (issue 13 item 5) ------------------------------------------------------
+# ---- every registered preset: one style ------------------------------------------------------
 
 @pytest.mark.parametrize("preset", list_presets(), ids=lambda p: p.name)
 def test_every_preset_builds_its_smoke_runs_and_configs(preset):
@@ -428,7 +428,7 @@ def _fig5_rows(sign, seeds=FIVE, noise=0.0):
 
 def _medium(name, seeds=5):
     """A preset's medium runs on Fashion-MNIST, split into the runs the verdicts read and fig5's epoch-doubling
-    check; both checked against issue 16's medium scale: the whole training and test sets, 10 epochs, ``seeds``
+    check; both checked against the earlier medium scale: the whole training and test sets, 10 epochs, ``seeds``
     seeds paired across every point, valid model options, each doubled run its seed-0 original at 20 epochs."""
     specs = get_preset(name).runs("medium", "fashion-mnist")
     main = [s for s in specs if not s.meta.get("doubles")]

@@ -163,7 +163,7 @@ SGD = OptimConfig(name="sgd", lr=0.05, momentum=0.9, nesterov=True, weight_decay
 
 
 def _each(base: OptimConfig, lrs, wds, **extra) -> list[OptimConfig]:
-    """One setting per member: ``base`` with the members' own lr and weight decay (issue 15 item 2)."""
+    """One setting per member: ``base`` with the members' own lr and weight decay."""
     return [dataclasses.replace(base, lr=lr, weight_decay=wd, **extra) for lr, wd in zip(lrs, wds)]
 
 

@@ -152,7 +152,7 @@ def test_stopped_stack_resumes_alone_and_restacked(solo, tmp_path):
         close(outcome(d), outcome(solo / f"s{s}"), f"seed {s} restacked")
 
 
-# each member its own lr and weight decay (issue 15 item 2): warm-up from one warmup_lr and cosine to one min_lr
+# each member its own lr and weight decay: warm-up from one warmup_lr and cosine to one min_lr
 # make the members' schedules differ by more than a factor
 OWN = {"adamw": [{"optim.lr": lr, "optim.weight_decay": wd} for lr, wd in ((0.003, 0.0), (0.01, 0.05), (0.03, 0.2))],
        "sgd": [{"optim.name": "sgd", "optim.momentum": 0.9, "optim.lr": lr, "optim.weight_decay": wd}

@@ -1,4 +1,4 @@
-"""A sweep driver SIGKILLed while its pool workers start up (issue 12, item 4): none of its processes - workers,
+"""A sweep driver SIGKILLed while its pool workers start up: none of its processes - workers,
 multiprocessing's resource tracker - outlives it by more than 2 s, and nothing is written into the sweep after
 the kill. Also the worker bootstrap's two guards on their own: the parent gone before it runs, and after."""
 import json

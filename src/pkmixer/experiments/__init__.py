@@ -1,4 +1,4 @@
-"""Reproducing the paper: sweeps (local processes or Ray), one preset per figure/table, reports (issue 5).
+"""Reproducing the paper: sweeps (local processes or Ray), one preset per figure/table, reports.
 
 See docs/reproduction.md; ``pkmixer reproduce --list`` lists the presets.
 """

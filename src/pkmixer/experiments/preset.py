@@ -21,10 +21,10 @@ Seeds: a preset that draws its seeds with :meth:`Preset.seed_list` honours ``--s
 :class:`~pkmixer.experiments.sweep.RunSpec` per seed, named ``<name>-s<seed>``, with ``run.seed`` and
 ``meta["seed"]`` set.
 
-Additions to the API agreed for issue 5 (all backward compatible): ``Preset.default_dataset(scale)`` (the
+Also: ``Preset.default_dataset(scale)`` (the
 default data set may differ per scale through ``scale_datasets``, e.g. Fashion-MNIST at small scale), ``check_scale``/``check_dataset``,
 ``default_seeds``/``with_seeds``/``seed_list``/``seeded`` (``--seeds``), ``describe`` (``--list``);
-``allowed_datasets`` and :meth:`Preset.build` (issue 13: :meth:`Preset.runs` checks the data set once, then builds);
+``allowed_datasets`` and :meth:`Preset.build` (:meth:`Preset.runs` checks the data set once, then builds);
 ``run_sweep(..., threads=None, info=None)`` (torch threads per run; what sweep.json records for
 ``pkmixer report``). A scale's default data set that is absent on the machine is only replaced (by the bundled
 digits, said in a line) for Fashion-MNIST, in :func:`pkmixer.experiments.reproduce.preset_runs`.

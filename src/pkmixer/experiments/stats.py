@@ -1,4 +1,4 @@
-"""Statistics over seeds: summaries, rank correlation, and verdicts with confidence intervals (issue 16).
+"""Statistics over seeds: summaries, rank correlation, and verdicts with confidence intervals.
 
 Every number a preset reports about its runs comes from here:
 

@@ -66,7 +66,7 @@ QUOTE_WIDEST = Quote("Sec. 4.2", "However, we observed for too-wide cases around
 QUOTE_SPECTRUM = Quote("Sec. 4.3", "In Figure 4 (right), we observed the maximal singular value of M ⊙ A increased by "
                                    "widening m with fixed Ω and γ. In particular, the value was always higher than the "
                                    "theoretical value of Mixer’s singular values.")
-# The verdict's rules, fixed before any run is read (issue 16; pkmixer.experiments.stats).
+# The verdict's rules, fixed before any run is read (pkmixer.experiments.stats).
 LEVEL = 0.90
 ERROR_TREND_RULE = Rule("mean over seeds of Spearman ρ(γm, test error)", threshold=0.0, direction="below",
                         level=LEVEL)
