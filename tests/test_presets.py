@@ -281,7 +281,7 @@ def test_figs6_figs7_figs8_paper_settings_are_app_d7():
         (0.1, 256, "cifar10", 4.0)
     s8 = get_preset("figs8").runs("paper", None)
     c8 = s8[0].config
-    assert sorted(s.config.model.name for s in s8 if s.meta["seed"] == 0) == ["mixer_s64_32", "rp_mixer_s64_32"]
+    assert sorted(s.config.model.name for s in s8 if s.meta["seed"] == 0) == ["mixer_c64p4_32", "rp_mixer_c64p4_32"]
     assert (c8.optim.name, c8.optim.lr, c8.data.batch_size, c8.schedule.epochs, c8.data.auto_augment) == \
         ("adamw", 0.01, 256, 600, "cifar10")
     assert _seeds(s8) == [0, 1, 2, 3, 4]
