@@ -35,7 +35,7 @@ def test_models_table_and_filter(capsys):
 
 
 def test_effective_json(capsys):
-    assert main(["effective", "rp_smixer_s64_32", "--set", "depth=2", "--set", "embed_dim=16", "--json"]) == 0
+    assert main(["effective", "rp_smixer_c64p4_32", "--set", "depth=2", "--set", "embed_dim=16", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["relative_error"] < 1e-10
     assert result["overrides"] == {"depth": 2, "embed_dim": 16}
@@ -44,14 +44,14 @@ def test_effective_json(capsys):
 
 BAD_CORE_INPUT = [
     (["effective", "mixer_b17"], "did you mean mixer_b16_224"),
-    (["effective", "smixer_s64_32", "--set", "patch_size=5"], "does not divide"),
-    (["effective", "smixer_s64_32", "--set", "depth=0"], "depth must be a positive integer"),
+    (["effective", "smixer_c64p4_32", "--set", "patch_size=5"], "does not divide"),
+    (["effective", "smixer_c64p4_32", "--set", "depth=0"], "depth must be a positive integer"),
     (["effective", "swmlp_t4_28", "--set", "density=1.5"], "(0, 1]"),
     (["effective", "swmlp_t4_28", "--set", "density=0"], "(0, 1]"),
-    (["effective", "smixer_s64_32", "--set", "colour=red"], "unknown option"),
-    (["effective", "smixer_s64_32", "--set", "depth"], "key=value"),
+    (["effective", "smixer_c64p4_32", "--set", "colour=red"], "unknown option"),
+    (["effective", "smixer_c64p4_32", "--set", "depth"], "key=value"),
     (["effective", "mixer_b16_224"], "too many for explicit matrices"),
-    (["effective", "smixer_s64_32", "--set", "rp_blocks=[9]"], "rp_blocks"),
+    (["effective", "smixer_c64p4_32", "--set", "rp_blocks=[9]"], "rp_blocks"),
     (["models", "--filter", "nomatch"], "no model matches"),
     (["models", "--bogus"], "unrecognized arguments"),
     (["frobnicate"], "invalid choice"),
@@ -87,7 +87,7 @@ def test_bad_core_input(capsys, args, needle):
 ])
 def test_bad_model_arguments_raise_config_error(kwargs, needle):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
-        pkmixer.create_model("mixer_f2_32", **kwargs)
+        pkmixer.create_model("mixer_c64d3p4_32", **kwargs)
 
 
 def test_unknown_model_suggests_closest():
@@ -192,7 +192,7 @@ def test_cost_json(capsys):
 
 def test_visualize_writes_and_never_overwrites(capsys, tmp_path):
     out_file = tmp_path / "units.png"
-    code, out, _ = run_main(capsys, "visualize", "token-units", "--model", "mixer_f2_32", "--out", str(out_file),
+    code, out, _ = run_main(capsys, "visualize", "token-units", "--model", "mixer_c64d3p4_32", "--out", str(out_file),
                             "--option", "num_units=8", "--json")
     assert code == 0 and json.loads(out)["figure"] == str(out_file)
     before = out_file.read_bytes()
@@ -215,14 +215,14 @@ def test_implicit_l1_json(capsys):
     (["width", "--omega", "2**18", "--density", "1.5"], "(0, 1]"),
     (["spectrum", "--omega", "2**12", "--widths", "8"], "width"),
     (["spectrum", "--plot", "fig.pdf"], ".png or .svg"),
-    (["cka", "mixer_t4_28", "mixer_f2_32"], "different inputs"),
+    (["cka", "mixer_t4_28", "mixer_c64d3p4_32"], "different inputs"),
     (["cka", "mixer_t4_28", "mixer_t4_28", "--batch-size", "3"], "4"),
     (["cka", "mixer_t4_28", "missing.pt"], "no checkpoint file"),
     (["cost"], "model names"),
     (["cost", "mixer_b16_224", "--omega", "2**18"], "not both"),
     (["visualize", "token-units", "--out", "x.png"], "needs a model"),
     (["visualize", "sparsity", "--out", "x.gif"], ".png or .svg"),
-    (["visualize", "token-units", "--model", "mixer_f2_32", "--option", "colour=1", "--out", "y.png"], "unknown option"),
+    (["visualize", "token-units", "--model", "mixer_c64d3p4_32", "--option", "colour=1", "--out", "y.png"], "unknown option"),
     (["implicit-l1", "--S", "0"], "S"),
     (["implicit-l1", "--samples", "2"], "n_samples"),
 ])

@@ -182,7 +182,7 @@ def test_activation_of_each_format_and_its_warnings(npz, tmp_path):
     with pytest.raises(ConfigError, match="act must be one of"):
         import_checkpoint(npz, act="swish")
     with pytest.raises(ConfigError, match="GELU MLP-Mixer, not act='relu'"):
-        export_checkpoint(pkmixer.create_model("mixer_f2_32", act="relu"), tmp_path / "r.npz")
+        export_checkpoint(pkmixer.create_model("mixer_c64d3p4_32", act="relu"), tmp_path / "r.npz")
 
 
 def test_from_timm_reads_the_gelu():
@@ -261,7 +261,7 @@ def test_mismatch_against_named_model(npz, tmp_path):
     with pytest.raises(ConfigError, match="MixerBlock_0/token_mixing/Dense_0/kernel has shape"):
         convert_checkpoint(npz, tmp_path / "x.pt", img_size=64)
     with pytest.raises(ConfigError, match="MLP-Mixer"):
-        convert_checkpoint(npz, tmp_path / "x.pt", model="smixer_s64_32")
+        convert_checkpoint(npz, tmp_path / "x.pt", model="smixer_c64p4_32")
     with pytest.raises(ConfigError, match="did you mean"):
         convert_checkpoint(npz, tmp_path / "x.pt", model="mixer_s16_22")
     assert not (tmp_path / "x.pt").exists()

@@ -41,7 +41,7 @@ def test_mixer_s16_matches_published_numbers():
 
 @pytest.mark.parametrize("name, overrides", [
     ("mixer_t4_28", {}), ("smixer_t4_28", {}), ("rp_smixer_t4_28", {}),
-    ("mixer_f2_32", {"depth": 1}), ("mixer_f2_32", {"depth": 1, "num_tokens": 36}),  # S0 -> S skip layer
+    ("mixer_c64d3p4_32", {"depth": 1}), ("mixer_c64d3p4_32", {"depth": 1, "num_tokens": 36}),  # S0 -> S skip layer
     ("shallow_dense_28", {}), ("shallow_kronecker_28", {}), ("shallow_monarch_28", {}),
     ("swmlp_t4_28", {"weight_format": "masked", "width": 500}),  # dense-masked matmuls, input layer
 ])

@@ -140,25 +140,25 @@ def test_pk_layer_any_permutations(axis, J1, J2):
 
 
 MODEL_CASES = [
-    ("smixer_s64_32", dict(depth=2, embed_dim=12)),  # S = 64 ≠ C = 12
-    ("smixer_s64_32", dict(depth=2, embed_dim=10, num_tokens=20)),  # S0 = 64 -> S = 20, skip layer
-    ("rp_smixer_s64_32", dict(depth=3, embed_dim=10, num_tokens=7)),
-    ("mixer_f2_32", dict(depth=2, embed_dim=9)),  # γ = 2
-    ("mixer_f2_32", dict(depth=2, embed_dim=9, mlp_ratio=(0.5, 3.0))),  # γ_token ≠ γ_channel
-    ("rp_mixer_s64_32", dict(depth=2, embed_dim=8, num_tokens=11, mlp_ratio=1.5)),
+    ("smixer_c64p4_32", dict(depth=2, embed_dim=12)),  # S = 64 ≠ C = 12
+    ("smixer_c64p4_32", dict(depth=2, embed_dim=10, num_tokens=20)),  # S0 = 64 -> S = 20, skip layer
+    ("rp_smixer_c64p4_32", dict(depth=3, embed_dim=10, num_tokens=7)),
+    ("mixer_c64d3p4_32", dict(depth=2, embed_dim=9)),  # γ = 2
+    ("mixer_c64d3p4_32", dict(depth=2, embed_dim=9, mlp_ratio=(0.5, 3.0))),  # γ_token ≠ γ_channel
+    ("rp_mixer_c64p4_32", dict(depth=2, embed_dim=8, num_tokens=11, mlp_ratio=1.5)),
     ("mixer_s16_224", dict(img_size=48, patch_size=8, depth=3, embed_dim=16, token_hidden=10, channel_hidden=24,
                            rp_blocks=[1])),  # Fig. S.4: a single RP block
     ("smixer_t4_28", dict(depth=2, act="relu")),
     ("swmlp_t4_28", dict(depth=2)),
-    ("swmlp_f2_32", dict(embed_dim=4, width=300, depth=2, density=0.1)),
-    ("swmlp_f2_32", dict(embed_dim=4, width=200, depth=2, density=0.2, weight_format="masked")),
+    ("swmlp_m4096d6p4_32", dict(embed_dim=4, width=300, depth=2, density=0.1)),
+    ("swmlp_m4096d6p4_32", dict(embed_dim=4, width=200, depth=2, density=0.2, weight_format="masked")),
     # the token-mixing ablations of Mixer supp. A.1, alone and combined (S0 = 16 at 16 px)
     ("mixer_untied_t4_28", dict(img_size=16, depth=2, embed_dim=6)),
     ("mixer_grouped_t4_28", dict(img_size=16, depth=2, embed_dim=8)),
     ("mixer_views_t4_28", dict(img_size=16, depth=2, embed_dim=8)),
     ("mixer_pyramid_t4_28", dict(img_size=16, depth=3, embed_dim=6, token_schedule=(12, 9, 4))),  # 16 -> 12 -> 9 -> 4
     ("smixer_t4_28", dict(img_size=16, depth=2, embed_dim=6, untied_tokens=True, channel_groups=2)),
-    ("rp_mixer_s64_32", dict(img_size=16, depth=3, embed_dim=6, untied_tokens=True, token_schedule=(20, 9, 9))),
+    ("rp_mixer_c64p4_32", dict(img_size=16, depth=3, embed_dim=6, untied_tokens=True, token_schedule=(20, 9, 9))),
     ("mixer_views_t4_28", dict(img_size=16, depth=2, embed_dim=8, untied_tokens=True, token_schedule=(16, 9))),
     ("shallow_dense_28", {}),
     ("shallow_kronecker_28", {}),
@@ -183,7 +183,7 @@ def test_model_equals_its_effective_mlp(name, overrides):
 
 def test_effective_mlp_detects_a_wrong_permutation():
     """The comparison can fail: corrupting one frozen permutation breaks the equivalence."""
-    model = perturb_(pkmixer.create_model("rp_smixer_s64_32", depth=2, embed_dim=8).double().eval())
+    model = perturb_(pkmixer.create_model("rp_smixer_c64p4_32", depth=2, embed_dim=8).double().eval())
     eff = effective_mlp(model)
     idx = model.blocks[1].token.mixing.in_index
     idx[[0, 1]] = idx[[1, 0]]

@@ -91,7 +91,7 @@ def test_structure_seed(name):
 
 
 def test_only_chosen_blocks_are_rp():
-    model = pkmixer.create_model("smixer_s64_32", depth=4, rp_blocks=[0, -1])
+    model = pkmixer.create_model("smixer_c64p4_32", depth=4, rp_blocks=[0, -1])
     assert [blk.token.mixing.permuted for blk in model.blocks] == [True, False, False, True]
     assert [blk.channel.mixing.permuted for blk in model.blocks] == [True, False, False, True]
     assert sum(1 for n, _ in model.named_buffers() if n.endswith("_index")) == 8
@@ -144,7 +144,7 @@ def test_connections_follow_eq14_after_a_token_projection(S, C, gamma):
     layers (explicit matrices) have Ω = γ(CS² + C²S)/2 non-zeros on average (Eq. 14)."""
     from pkmixer.theory.effective import effective_mlp
 
-    model = pkmixer.create_model("mixer_f2_32", depth=2, embed_dim=C, num_tokens=S, mlp_ratio=gamma)
+    model = pkmixer.create_model("mixer_c64d3p4_32", depth=2, embed_dim=C, num_tokens=S, mlp_ratio=gamma)
     info = model.info()
     assert info.effective_width == S * C and info.num_tokens == S
     second = [layer for layer in effective_mlp(model.double().eval()).layers() if layer.name.startswith("blocks.1.")]
@@ -155,9 +155,9 @@ def test_connections_follow_eq14_after_a_token_projection(S, C, gamma):
 
 
 def test_other_families_follow_eq13():
-    s = pkmixer.create_model("smixer_s64_32").info()
+    s = pkmixer.create_model("smixer_c64p4_32").info()
     assert s.connections == (64 * 64 ** 2 + 64 ** 2 * 64) / 2  # S-Mixer: γ = 1
-    sw = pkmixer.create_model("swmlp_o18_32").info()
+    sw = pkmixer.create_model("swmlp_m1619p4_32").info()
     assert sw.connections == pytest.approx(0.1 * 1619 ** 2, rel=0.01)  # Ω = p γ m² (Eq. 13)
     assert sw.density == pytest.approx(0.1, rel=0.01)
 
@@ -179,7 +179,7 @@ def test_sparse_and_masked_swmlp_agree():
 
 
 def test_intermediates():
-    model = pkmixer.create_model("mixer_f2_32").eval()
+    model = pkmixer.create_model("mixer_c64d3p4_32").eval()
     x = _input(model)
     final, blocks = model.forward_intermediates(x)
     assert len(blocks) == 3 and all(t.shape == (2, 64, 64) for t in blocks)
@@ -201,18 +201,18 @@ def test_hidden_width_overrides():
     # γ replaces Table 1's explicit widths of an original variant; an explicit width wins on its own axis
     m = pkmixer.create_model("mixer_s16_224", img_size=32, patch_size=8, depth=1, mlp_ratio=2)
     assert (m.token_hidden, m.channel_hidden) == (32, 1024)
-    m = pkmixer.create_model("mixer_f2_32", depth=1, token_hidden=7)
+    m = pkmixer.create_model("mixer_c64d3p4_32", depth=1, token_hidden=7)
     assert (m.token_hidden, m.channel_hidden) == (7, 128)
     m = pkmixer.create_model("mixer_s16_224", img_size=32, patch_size=8, depth=1, channel_hidden=100)
     assert (m.token_hidden, m.channel_hidden) == (256, 100)
     with pytest.raises(pkmixer.ConfigError, match="no hidden layer"):
-        pkmixer.create_model("smixer_s64_32", mlp_ratio=2)
+        pkmixer.create_model("smixer_c64p4_32", mlp_ratio=2)
 
 
 def test_mixer_gelu_tanh_is_listing1s_activation():
     """act="gelu_tanh" is Flax's nn.gelu (Listing 1): the tanh approximation; the default stays the exact GELU."""
-    exact = pkmixer.create_model("mixer_f2_32", depth=1).eval()
-    tanh = pkmixer.create_model("mixer_f2_32", depth=1, act="gelu_tanh").eval()
+    exact = pkmixer.create_model("mixer_c64d3p4_32", depth=1).eval()
+    tanh = pkmixer.create_model("mixer_c64d3p4_32", depth=1, act="gelu_tanh").eval()
     assert (exact.activation, tanh.activation) == ("gelu", "gelu_tanh")
     act = tanh.blocks[0].token.mixing.mlp.act
     assert isinstance(act, torch.nn.GELU) and act.approximate == "tanh"
@@ -226,7 +226,7 @@ def test_mixer_gelu_tanh_is_listing1s_activation():
     with torch.no_grad():
         assert not torch.allclose(exact(x), tanh(x), rtol=0, atol=1e-7)
     with pytest.raises(pkmixer.ConfigError, match="gelu_tanh"):
-        pkmixer.create_model("mixer_f2_32", act="tanh")
+        pkmixer.create_model("mixer_c64d3p4_32", act="tanh")
 
 
 def test_swmlp_has_no_head_norm_but_old_checkpoints_keep_theirs(tmp_path):

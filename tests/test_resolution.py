@@ -46,7 +46,7 @@ def test_enlarged_model_rebuilds_from_its_spec(tmp_path):
     from pkmixer.checkpoint import save_model
     from pkmixer.models.restore import load_model
 
-    small = perturb_(pkmixer.create_model("mixer_f2_32", depth=1, img_size=16))
+    small = perturb_(pkmixer.create_model("mixer_c64d3p4_32", depth=1, img_size=16))
     big = enlarge_resolution(small, 2)
     again = load_model(save_model(tmp_path / "big.pt", big))
     x = torch.randn(1, 3, 32, 32)
@@ -57,7 +57,7 @@ def test_refusals():
     with pytest.raises(ConfigError, match="RP"):
         enlarge_resolution(pkmixer.create_model("rp_smixer_t4_28", depth=1), 2)
     with pytest.raises(ConfigError, match="num_tokens"):
-        enlarge_resolution(pkmixer.create_model("smixer_s128_32", depth=1), 2)
+        enlarge_resolution(pkmixer.create_model("smixer_c128p4_32", depth=1), 2)
     with pytest.raises(ConfigError, match="positive integer"):
         enlarge_resolution(pkmixer.create_model("smixer_t4_28", depth=1), 0)
     with pytest.raises(ConfigError, match="token_tiles"):

@@ -51,9 +51,9 @@ def test_pkmixer_to_timm_registered_variant():
 
 def test_rp_and_smixer_do_not_convert():
     with pytest.raises(ConfigError, match="RP"):
-        to_timm(pkmixer.create_model("rp_mixer_s64_32", depth=1))
+        to_timm(pkmixer.create_model("rp_mixer_c64p4_32", depth=1))
     with pytest.raises(ConfigError, match="MLP-Mixer"):
-        to_timm(pkmixer.create_model("smixer_s64_32", depth=1))
+        to_timm(pkmixer.create_model("smixer_c64p4_32", depth=1))
 
 
 def test_timm_registry():

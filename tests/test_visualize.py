@@ -69,8 +69,8 @@ def test_sparsity_masks_have_the_expected_non_zeros(S, C):
 
 
 def test_effective_patterns_of_models():
-    normal = pkmixer.create_model("smixer_s64_32", depth=1, embed_dim=16, img_size=16)  # S = C = 16
-    rp = pkmixer.create_model("rp_smixer_s64_32", depth=1, embed_dim=16, img_size=16)
+    normal = pkmixer.create_model("smixer_c64p4_32", depth=1, embed_dim=16, img_size=16)  # S = C = 16
+    rp = pkmixer.create_model("rp_smixer_c64p4_32", depth=1, embed_dim=16, img_size=16)
     name, pattern = effective_pattern(normal)
     assert name == "blocks.0.token.fc" and np.array_equal(pattern, np.kron(np.eye(16), np.ones((16, 16))))
     _, rp_pattern = effective_pattern(rp, "blocks.0.token.fc")
@@ -90,7 +90,7 @@ def test_pictures_are_written(tmp_path, suffix, magic):
              visualize("patch-units", tmp_path / f"patch{suffix}", model=model, num_units=10)]
     for path in paths:
         assert path.exists() and path.read_bytes().startswith(magic) and path.stat().st_size > 1000
-    rgb = pkmixer.create_model("mixer_f2_32", depth=1)
+    rgb = pkmixer.create_model("mixer_c64d3p4_32", depth=1)
     assert visualize("patch-units", tmp_path / f"rgb{suffix}", model=rgb).stat().st_size > 1000
 
 
