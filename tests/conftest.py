@@ -14,6 +14,15 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test (bitwise comparisons), the count restored after it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def perturb_(model: torch.nn.Module, scale: float = 0.1) -> torch.nn.Module:
     """Move every parameter off its initial value (zero biases, unit LayerNorm, zero head) so that every
     term of the forward pass matters in a comparison."""

@@ -21,12 +21,7 @@ CFG = {"data.name": "digits", "model.name": "smixer_t4_28", "model.img_size": 8,
 quiet = dict(log=lambda _: None)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _rows(run):

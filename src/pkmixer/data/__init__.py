@@ -1,6 +1,6 @@
 """The data layer of the training harness: data sets found on disk, in the OS or downloaded (App. C), and their
 input pipelines (App. C.4-C.5, Table S.2; Mixer supp. B, C), with big_vision's RandAugment (Mixer supp. B); for
-in-memory data sets, device-resident tensors and batched augmentation (DESIGN §5)."""
+in-memory data sets, device-resident tensors and batched augmentation."""
 from .batch_augment import BatchAugment, build_batch_augment
 from .datasets import (
     DatasetInfo,

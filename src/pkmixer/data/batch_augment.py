@@ -1,6 +1,6 @@
 """Batched augmentation: the per-sample pipeline of :func:`pkmixer.data.build_transform` (plus timm's mixup /
 cutmix of :func:`pkmixer.data.build_mixup`) as tensor operations on a whole batch on its device, with
-per-image randomness (DESIGN §5).
+per-image randomness.
 
 One call, ``BatchAugment(images, labels, seed=, epoch=, step=, member=, rank_slice=, global_size=)``, turns a
 batch as stored (uint8, or float in [0, 1] for digits / synthetic, (n, C, H, W)) into float32

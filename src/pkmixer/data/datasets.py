@@ -6,7 +6,7 @@ and Figs. 5-7 (App. C.3-C.6, Table S.2), STL-10 resized to 32 px (App. C.4) or 9
 Fig. 6d and Mixer-B-W (App. C.5, Table S.2) and for fine-tuning in the Mixer supplementary (Mixer supp. B, C).
 Fashion-MNIST, scikit-learn's digits and a synthetic task are small offline stand-ins for runs on a laptop.
 
-Discovery (DESIGN §4), first hit wins:
+Discovery, first hit wins:
 
 1. ``data_dir``, the user's folder;
 2. the OS locations that packages install to (Debian's ``dataset-fashion-mnist``: /usr/share/datasets/fashion-mnist);
