@@ -1,6 +1,6 @@
 """Every fast path against its reference path (docs/performance.md), and a smoke test of the benchmark code.
 
-Fast paths: token mixing as a left multiplication (``Mlp.forward_left``, ``FcAct.forward_left``) against
+Fast paths: the per-patch stem as one matrix product (``PatchConv``) against ``nn.Conv2d``; token mixing as a left multiplication (``Mlp.forward_left``, ``FcAct.forward_left``) against
 timm's transpose + Linear; the RP gather's inverse-permutation backward (``PermuteColumns``) against
 ``index_select``'s autograd; the CSR SW-MLP layer against the dense-masked layer and the COO product; the
 chunked mask sampler against the one-shot sampler; the bmm Kronecker layer against an explicit V ⊗ W.
@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import pkmixer
+from pkmixer.layers.patch import PatchConv
 from pkmixer.layers.mlp import NARROW_COLUMNS, FcAct, Mlp, columns_back, columns_first, left_linear, left_mm
 from pkmixer.layers.pk import PermuteColumns, PKMixing, permute_columns
 from pkmixer.layers.sparse import MaskedLinear, SparseLinear, sample_bernoulli_mask
@@ -32,6 +33,42 @@ F64 = torch.float64
 
 def _grads(out: torch.Tensor, g: torch.Tensor, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     return list(torch.autograd.grad(out, tensors, g))
+
+
+# ---- the per-patch stem ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("in_chans,out_chans,patch,size,bias", [(1, 8, 4, 28, True), (3, 87, 4, 32, True),
+                                                                 (3, 16, 16, 224, False), (2, 5, 3, 10, True)])
+def test_patch_conv_is_the_convolution(in_chans, out_chans, patch, size, bias):
+    """Output, input and parameter gradients equal nn.Conv2d's (kernel = stride) in float64, a remainder row and
+    column dropped as the convolution drops them (size 10, patch 3); the state dicts are interchangeable."""
+    torch.manual_seed(0)
+    ours = PatchConv(in_chans, out_chans, patch, bias=bias).double()
+    ref = torch.nn.Conv2d(in_chans, out_chans, patch, stride=patch, bias=bias).double()
+    ref.load_state_dict(ours.state_dict())
+    x = torch.randn(3, in_chans, size, size, dtype=F64, requires_grad=True)
+    y, y_ref = ours(x), ref(x)
+    assert y.shape == y_ref.shape and torch.allclose(y, y_ref, atol=1e-12)
+    g = torch.randn_like(y)
+    for a, b in zip(_grads(y, g, [x, *ours.parameters()]), _grads(y_ref, g, [x, *ref.parameters()])):
+        assert torch.allclose(a, b, atol=1e-11)
+    # channels-last in memory: the models' flatten(2).transpose(1, 2) to (B, S0, C) is contiguous without a copy
+    assert y.flatten(2).transpose(1, 2).is_contiguous()
+
+
+@pytest.mark.parametrize("name", ["smixer_t4_28", "swmlp_t4_28"])
+def test_models_stem_is_the_convolution_in_float32(name):
+    """A model with its stem as a plain nn.Conv2d gives the same outputs within float32 rounding."""
+    torch.manual_seed(0)
+    model = pkmixer.create_model(name)
+    perturb_(model)
+    plain = copy.deepcopy(model)
+    conv = torch.nn.Conv2d(model.stem.in_channels, model.stem.out_channels, model.stem.kernel_size,
+                           stride=model.stem.stride)
+    conv.load_state_dict(model.stem.state_dict())
+    plain.stem = conv
+    x = torch.randn(4, 1, 28, 28)
+    assert isinstance(model.stem, PatchConv) and rel_err(model(x), plain(x)) < 1e-5
 
 
 # ---- token mixing as a left multiplication ---------------------------------------------------------------
@@ -277,9 +314,9 @@ def test_kronecker_bmm_gradients_match_explicit_product():
 # ---- the benchmark code itself --------------------------------------------------------------------------------
 
 # section g (pkmixer train's epoch against a hand-written loop) takes about 10 s even at toy sizes: slow tier
-@pytest.mark.parametrize("sections", ["abdefh", pytest.param("abdefgw", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("sections", ["abdefhn", pytest.param("abdefgw", marks=pytest.mark.slow)])
 def test_benchmark_smoke_run_writes_its_json(tmp_path, sections):
-    """Sections a, b, d, e, f, h (or g and w) at toy sizes through the real runner, then the JSON schema; sections
+    """Sections a, b, d, e, f, h, n (or g and w) at toy sizes through the real runner, then the JSON schema; sections
     h and w (GPU projections) outside smoke mode on the CPU are refused in one line."""
     sys.path.insert(0, ROOT)
     try:
@@ -310,6 +347,11 @@ def test_benchmark_smoke_run_writes_its_json(tmp_path, sections):
         from pkmixer.models.registry import create_model
         for r in h["rows"]:  # the forward MACs per image behind the fraction of matmul throughput
             assert r["macs_per_image"] == measured_macs(create_model(r["name"], num_classes=10, **r["options"]))
+    if "n" in sections:
+        n = result["sections"]["n"]
+        assert {r["family"] for r in n["rows"]} == {"S-Mixer", "RP S-Mixer"}
+        assert [r["per_flop_vs_square"] for r in n["rows"] if r["C"] == r["S"]] == [1.0, 1.0]
+        assert n["own_products"]["products"] > 0 and n["own_products"]["step_over_products"] > 0
     if "w" in sections:
         rows = result["sections"]["w"]["rows"]  # the compiled cases are for the GPU
         assert [(w["case"], w["stack_sizes"]) for w in rows] == [("eager", [1]), ("stacked", [2])]

@@ -45,6 +45,7 @@ from torch.utils.checkpoint import checkpoint
 from ..errors import ConfigError, check_positive, check_positive_int, check_rate
 from ..layers.ablations import BatchedLinear, GroupedTokenMixing
 from ..layers.mlp import FcAct, Mlp
+from ..layers.patch import PatchConv
 from ..layers.pk import PKMixing
 from ..layers.token_mixing import TiedTokens, TokenMixingFactory
 from .features import check_where, point_format, select_indices
@@ -306,7 +307,7 @@ class Mixer(TimmModel, nn.Module):
         dpr = [drop_path_rate * i / max(1, 2 * depth - 1) for i in range(2 * depth)]  # linear ramp over the MLPs
         generator = torch.Generator().manual_seed(structure_seed)
 
-        self.stem = nn.Conv2d(in_chans, C, patch_size, stride=patch_size)  # per-patch FC (S.1)
+        self.stem = PatchConv(in_chans, C, patch_size)  # per-patch FC (S.1)
         self.token_tiles = token_tiles
         order = tiled_token_order(img_size // patch_size, token_tiles) if token_tiles > 1 else None
         self.register_buffer("token_order", order, persistent=False)  # derived from the shapes, so not state

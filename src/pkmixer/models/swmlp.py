@@ -27,6 +27,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import ConfigError, check_density, check_positive, check_positive_int, check_rate
+from ..layers.patch import PatchConv
 from ..layers.sparse import SPARSE_LAYERS, MaskedLinear
 from .features import check_where, point_format, select_indices
 from .info import ModelInfo
@@ -131,7 +132,7 @@ class SWMLP(TimmModel, nn.Module):
         def make_linear(n_in: int, n_out: int) -> nn.Module:
             return linear_cls(n_in, n_out, density, generator)
 
-        self.stem = nn.Conv2d(in_chans, embed_dim, patch_size, stride=patch_size)
+        self.stem = PatchConv(in_chans, embed_dim, patch_size)
         # a module slot even when empty, so that what is built from the model's modules (stacking) sees it
         self.register_module("input_layer", make_linear(self.input_dim, self.width)
                              if self.width != self.input_dim else None)
