@@ -10,6 +10,8 @@
 * f - achieved FLOP/s of every model of (a) as a fraction of a plain sgemm measured in the same run;
 * g - ``pkmixer train``'s epoch against a frozen hand-written in-memory loop;
 * h - Fig. 5 at paper scale on a GPU: each model's step per precision and the sweep's projected GPU hours;
+* n - narrow Mixers against square ones per FLOP on the fig5/6 grid, and a small S-Mixer against its own matrix
+  products;
 * s - stacked training (K runs as one model) against K sequential runs,
 
 and writes one JSON file and one Markdown file per run. Method (:mod:`benchmarks.common`): every figure is the

@@ -73,6 +73,14 @@ def targets(result: dict) -> list[dict]:
         for r in s["w"]["rows"]:
             out.append({"target": f"Fig. 5 Ω ≤ 2^21 runs as a whole sweep, GPU-minutes in all ({r['case']})",
                         "goal": "≤ 30 min", "value": r["projected_gpu_minutes"], "met": r["projected_gpu_minutes"] <= 30})
+    if "n" in s:
+        for r in (r for r in s["n"]["rows"] if r["C"] != r["S"]):
+            out.append({"target": f"{r['family']} (C, S) = ({r['C']}, {r['S']}) step time per FLOP / the square "
+                                  "model's", "goal": "≤ 1.30×", "value": r["per_flop_vs_square"],
+                        "met": r["per_flop_vs_square"] <= 1.3})
+        own = s["n"]["own_products"]
+        out.append({"target": f"{own['model']} training step / its own matrix products alone", "goal": "≤ 1.50×",
+                    "value": own["step_over_products"], "met": own["step_over_products"] <= 1.5})
     if "s" in s and result["settings"]["device"] == "cuda":  # reported on the CPU, a target on a GPU
         for r in (r for r in s["s"]["rows"] if r["model"] == "smixer_c64p4_32" and r["members"] == 8):
             out.append({"target": "Ω = 2^18 S-Mixer stacked ×8 / 8 sequential runs, member-steps per second",
@@ -248,6 +256,20 @@ def markdown(result: dict) -> str:
         lines += _table(["precision", *(f"Ω = 2^{o.bit_length() - 1}" for o in omegas), "all"],
                         [[p, *(f"{v[o]:.2f}" for o in omegas), f"{sum(v.values()):.2f}"] for p, v in by.items()])
         lines.append("")
+    if "n" in s:
+        n = s["n"]
+        first = n["rows"][0]
+        lines += ["## (n) Narrow Mixers against square ones at fixed Ω", "",
+                  f"Ω = {first['omega']:,}, batch {first['batch']}, one fused-AdamW training step; a family's models "
+                  "timed round-robin in one loop; per FLOP = median step / training FLOPs (forward + backward); "
+                  "ratio = per FLOP / the square model's of the same family.", ""]
+        rows = [[r["family"], f"({r['C']}, {r['S']})", f"{r['train_flops'] / 1e9:.3f}", _ms(r["time"]),
+                 f"{r['ns_per_flop']:.3f}", _x(r["per_flop_vs_square"])] for r in n["rows"]]
+        lines += _table(["family", "(C, S)", "GFLOP per step", "step", "ns per FLOP", "per FLOP vs square"], rows)
+        own = n["own_products"]
+        lines += ["", f"{own['model']} ({own['depth']} blocks, batch {own['batch']}): training step "
+                  f"{_ms(own['times']['step'])} ms, its {own['products']} matrix products replayed alone "
+                  f"{_ms(own['times']['products'])} ms, ratio {_x(own['step_over_products'])}.", ""]
     if "s" in s:
         lines += ["## (s) Stacked training against sequential runs", "",
                   f"One call = one training step of each of K members (batch {s['s']['rows'][0]['batch']} each): "

@@ -1,4 +1,4 @@
-"""Run the benchmark suite: ``python -m benchmarks.run [--mode quick|full] [--sections abcdefghsw] [--device D]``.
+"""Run the benchmark suite: ``python -m benchmarks.run [--mode quick|full] [--sections abcdefghnsw] [--device D]``.
 
 Writes ``<out-dir>/<machine>-<mode>-<UTC timestamp>.json`` and a ``.md`` beside it; never overwrites a file
 (exit 2 if the name exists). Bad input: one line on stderr, exit 2. See :mod:`benchmarks` for the sections.
@@ -18,7 +18,7 @@ import torch
 
 from .common import SWEEP_CASES, BenchError, Settings, machine, threads
 
-SECTIONS = "abcdefghsw"
+SECTIONS = "abcdefghnsw"
 MODES = {"smoke": dict(warmup=0, repeats=2), "quick": dict(warmup=1, repeats=3), "full": dict(warmup=2, repeats=7)}
 
 
@@ -26,7 +26,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
     ap.add_argument("--mode", default="quick",
                     help="quick (a few minutes on 2 CPU cores), full, or smoke (toy sizes, for tests)")
-    ap.add_argument("--sections", default=None, help="any of the letters abcdefghsw (f needs a; h and w need "
+    ap.add_argument("--sections", default=None, help="any of the letters abcdefghnsw (f needs a; h and w need "
                     "--device cuda, or --mode smoke; default: all that the device runs)")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (bf16 autocast; not measured on the CPU box)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
@@ -87,7 +87,7 @@ def output_paths(args: argparse.Namespace, settings: Settings) -> tuple[str, str
 
 def run(settings: Settings, sections: str, log=print) -> dict:
     """Run ``sections`` and return the result dict (the JSON file's content)."""
-    from . import engine, gpu, layers, mixers, report, sparse, stack, sweep
+    from . import engine, gpu, layers, mixers, narrow, report, sparse, stack, sweep
 
     started = time.time()
     with threads(settings.threads):
@@ -96,7 +96,7 @@ def run(settings: Settings, sections: str, log=print) -> dict:
                   "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "sections": {}}
         runners = {"a": mixers.section_a, "b": mixers.section_b, "c": sparse.section_c, "d": layers.section_d,
                    "e": layers.section_e, "g": engine.section_g,
-                   "h": gpu.section_h, "s": stack.section_s, "w": sweep.section_w}
+                   "h": gpu.section_h, "n": narrow.section_n, "s": stack.section_s, "w": sweep.section_w}
         for key in sections:
             if key == "f":
                 continue

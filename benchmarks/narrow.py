@@ -1,0 +1,124 @@
+"""Section (n): narrow Mixers against square ones at fixed Ω, and a small Mixer against its own matrix products.
+
+Per multiply-add: the fig5/fig6 medium grid (Ω = 2^15, the mirrored pairs (C, S) = (8, 87) ... (87, 8), 4 blocks,
+Fashion-MNIST's 28 px images in patches of 4), S-Mixer and RP S-Mixer, one training step (fused AdamW, batch 128)
+each. A family's five models are timed round-robin in one loop; a point's cost is its median step time over its
+training FLOPs (torch.utils.flop_counter, forward + backward), and its ratio is that cost over the square model's
+(C = S) of the same family. A ratio of 1 means a narrow model pays per multiply-add what the square one does.
+
+Own products: the small CIFAR S-Mixer (S = C = 64, patch 4 on 32 px, 8 blocks, batch 128). Every dense matrix
+product of one training step (mm, addmm, bmm, baddbmm, forward and backward) is recorded with its operands' shapes
+and strides (``TorchDispatchMode``), and replayed alone on fresh tensors of the same layout; the step's time over
+the replay's, timed in the same loop, is how far the rest of the step (norms, activations, sums, copies, the
+optimizer) takes it from the time its products need.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from pkmixer.experiments.presets.fig5 import MEDIUM
+from pkmixer.models.registry import create_model
+
+from .common import Settings, image_batch, interleaved, ratio, train_flops, train_step
+
+FAMILIES = {"S-Mixer": "smixer_t4_28", "RP S-Mixer": "rp_smixer_t4_28"}
+SMALL_CIFAR = "smixer_c64p4_32"
+PRODUCTS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+            torch.ops.aten.baddbmm.default}
+
+
+def _pairs(settings: Settings) -> tuple[int, list[tuple[int, int]]]:
+    if settings.mode == "smoke":
+        return 2**9, [(4, 16), (8, 8), (16, 4)]
+    (omega, pairs), = MEDIUM.mixer_pairs.items()
+    return omega, pairs
+
+
+def section_n(settings: Settings) -> dict:
+    """Step time per FLOP across the fig5/6 grid, relative to the square model; the small CIFAR S-Mixer's step
+    against its own matrix products."""
+    omega, pairs = _pairs(settings)
+    depth, batch = (2, 16) if settings.mode == "smoke" else (MEDIUM.depth, 128)
+    rows = []
+    for family, name in FAMILIES.items():
+        cases, flops = {}, {}
+        for C, S in pairs:
+            torch.manual_seed(0)
+            model = create_model(name, depth=depth, embed_dim=C, num_tokens=S).to(settings.torch_device)
+            data = image_batch(model, batch, settings)
+            cases[(C, S)] = train_step(model, data, settings)
+            flops[(C, S)] = train_flops(model, data[0].shape)
+        t = interleaved({f"{C}x{S}": case for (C, S), case in cases.items()}, settings)
+        square = min(pairs, key=lambda p: abs(p[0] - p[1]))
+        per_flop = {p: t[f"{p[0]}x{p[1]}"].median_s / flops[p] for p in pairs}
+        for (C, S) in pairs:
+            rows.append({"family": family, "model": name, "omega": omega, "C": C, "S": S, "batch": batch,
+                         "train_flops": flops[(C, S)], "time": t[f"{C}x{S}"].as_dict(),
+                         "ns_per_flop": 1e9 * per_flop[(C, S)],
+                         "per_flop_vs_square": ratio(per_flop[(C, S)], per_flop[square])})
+    return {"rows": rows, "own_products": own_products(settings)}
+
+
+class _RecordProducts(TorchDispatchMode):
+    """Notes every dense matrix product run under it: (op, operands, keyword arguments), each tensor operand as
+    a :class:`_Layout`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in PRODUCTS:
+            operands = [_Layout(tuple(a.shape), tuple(a.stride())) if isinstance(a, torch.Tensor) else a
+                        for a in args]
+            self.calls.append((func, operands, dict(kwargs or {})))
+        return func(*args, **(kwargs or {}))
+
+
+class _Layout(tuple):
+    """(shape, stride) of a recorded operand."""
+
+    def __new__(cls, shape: tuple[int, ...], stride: tuple[int, ...]) -> _Layout:
+        return super().__new__(cls, (shape, stride))
+
+    def tensor(self, device: torch.device) -> torch.Tensor:
+        """A random tensor of this shape and stride (a broadcast operand keeps its zero strides)."""
+        shape, stride = self
+        storage = 1 + sum((n - 1) * s for n, s in zip(shape, stride)) if all(shape) else 0
+        return torch.randn(storage, device=device).as_strided(shape, stride)
+
+
+def record_products(step: Callable[[], None]) -> list[tuple]:
+    """The dense matrix products one call of ``step`` runs, in order."""
+    with _RecordProducts() as recorder:
+        step()
+    return recorder.calls
+
+
+def replay(calls: list[tuple], device: torch.device) -> Callable[[], None]:
+    """The recorded products on fresh random tensors of the same shapes and strides."""
+    prepared = [(func, [a.tensor(device) if isinstance(a, _Layout) else a for a in operands], kwargs)
+                for func, operands, kwargs in calls]
+
+    def run() -> None:
+        for func, args, kwargs in prepared:
+            func(*args, **kwargs)
+
+    return run
+
+
+def own_products(settings: Settings) -> dict:
+    """The small CIFAR S-Mixer's training step against its own matrix products replayed alone."""
+    depth, batch = (2, 8) if settings.mode == "smoke" else (8, 128)
+    torch.manual_seed(0)
+    model = create_model(SMALL_CIFAR, depth=depth).to(settings.torch_device)
+    step = train_step(model, image_batch(model, batch, settings), settings)
+    step()
+    calls = record_products(step)
+    t = interleaved({"step": step, "products": replay(calls, settings.torch_device)}, settings)
+    return {"model": SMALL_CIFAR, "depth": depth, "batch": batch, "products": len(calls),
+            "times": {k: v.as_dict() for k, v in t.items()},
+            "step_over_products": ratio(t["step"].median_s, t["products"].median_s)}
