@@ -88,6 +88,21 @@ def test_comparable_within_a_margin_at_the_margin(truth):
     assert rates["supported"] <= _ceiling(10_000) and rates["contradicted"] <= _ceiling(10_000)
 
 
+@pytest.mark.parametrize("difference", [0.005, -0.005])
+def test_alike_slopes_at_the_margin(difference):
+    """"Similar tendencies" on fig5's grid (its mirrored widths, S-Mixer arms then RP arms): the RP slope differs
+    from the S-Mixer's by exactly the margin - supported at most 5 % of the time, and contradicted as rarely; the
+    two families falling alike are not contradicted."""
+    alike = R.AlikeRules()
+    assert alike.margin == 0.005
+    x = np.log2([696, 896, 1024, 896, 696])
+    normal = 0.12 - 0.005 * (x - x.mean())
+    rp = 0.125 + (difference - 0.005) * (x - x.mean())
+    rates = C.simulate(alike.difference(x), [*normal, *rp], SEEDS, 10_000)
+    assert rates["supported"] <= _ceiling(10_000) and rates["contradicted"] <= _ceiling(10_000)
+    assert C.simulate(alike.difference(x), [*normal, *(normal + 0.01)], SEEDS, 2000)["contradicted"] <= 0.01
+
+
 @pytest.mark.parametrize("claim", ["below", "above"])
 def test_a_paired_difference_at_its_threshold(claim):
     rule = R.ArmRule("A − B", R.contrast([1, -1]), claim, 0.0)

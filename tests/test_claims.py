@@ -89,8 +89,10 @@ def test_fig5_supports_a_fall_with_width_and_a_u_shape_fails_the_end_part():
     preset, specs = get_preset("fig5"), get_preset("fig5").runs("medium", None)
     falls = preset.analyze(_rows(specs, _grid_error(lambda x, m: 0.2 - 0.02 * math.log2(m),
                                                     lambda m: 0.2 - 0.01 * math.log2(m))), None, "medium")
-    assert falls.outcome == SUPPORTED and all(v.decision == SUPPORTED for v in falls.verdicts
-                                              if v.decision != NOT_TESTABLE)
+    trends = [v for v in falls.verdicts if v.required and v.decision != NOT_TESTABLE]
+    assert falls.outcome == SUPPORTED and len(trends) == 6 and all(v.decision == SUPPORTED for v in trends)
+    alike, = [v for v in falls.verdicts if "trend with m is the S-Mixer's" in v.claim]
+    assert not alike.required and alike.decision != CONTRADICTED and "power" in alike.extra
     # the widest (C = S) one point worse than the next-widest, the slope over all pairs still negative
     def u(x, m):
         return 0.2 - 0.03 * math.log2(m) + (0.03 * math.log2(1024) - 0.03 * math.log2(896) + 0.01 if m == 1024 else 0)
@@ -99,6 +101,22 @@ def test_fig5_supports_a_fall_with_width_and_a_u_shape_fails_the_end_part():
     assert ends and all(v.decision == CONTRADICTED for v in ends) and shaped.outcome == CONTRADICTED
     flat = preset.analyze(_rows(specs, lambda meta: 0.12, seed=3), None, "medium")
     assert flat.outcome == UNDECIDED
+
+
+def test_fig5_alike_part_contradicts_opposite_trends():
+    """The RP S-Mixer's error rising with m where the S-Mixer's falls: "similar tendencies" is contradicted, and so
+    the preset's claim (the RP trend's own parts say contradicted too)."""
+    preset, specs = get_preset("fig5"), get_preset("fig5").runs("medium", None)
+
+    def error(meta):
+        if meta["model"] == "SW-MLP":
+            return 0.2 - 0.01 * math.log2(meta["width"])
+        sign = 1 if meta["model"] == "RP S-Mixer" else -1
+        return 0.15 + sign * 0.04 * (math.log2(meta["width"]) - 10)
+    analysis = preset.analyze(_rows(specs, error), None, "medium")
+    alike, = [v for v in analysis.verdicts if "trend with m is the S-Mixer's" in v.claim]
+    assert alike.decision == CONTRADICTED and "inside ±0.50 points" in alike.text()
+    assert analysis.outcome == CONTRADICTED
 
 
 def test_fig5_is_not_converged_when_doubling_moves_the_selected_error():

@@ -102,14 +102,14 @@ class Preset(ABC):
     def rules(self) -> list:
         """The rules and quotes that decide this preset: the module constants of its module that are rules
         (:class:`~pkmixer.experiments.stats.Rule`, :class:`~pkmixer.experiments.rules.ArmRule`, ``TrendRules``,
-        ``AroundRules``) or :class:`~pkmixer.experiments.rules.Quote`, by name."""
+        ``AroundRules``, ``AlikeRules``) or :class:`~pkmixer.experiments.rules.Quote`, by name."""
         import sys
 
-        from .rules import AroundRules, ArmRule, Quote, TrendRules
+        from .rules import AlikeRules, AroundRules, ArmRule, Quote, TrendRules
         from .stats import Rule
 
         module = sys.modules[type(self).__module__]
-        kinds = (Rule, ArmRule, TrendRules, AroundRules)
+        kinds = (Rule, ArmRule, TrendRules, AroundRules, AlikeRules)
         rules = [value for name, value in sorted(vars(module).items()) if isinstance(value, kinds)
                  and (not self.rule_names or name in self.rule_names)]
         quotes = list(self.quotes) or [value for _, value in sorted(vars(module).items()) if isinstance(value, Quote)]

@@ -129,8 +129,6 @@ def verdict_table(verdicts: Sequence[Any]) -> list[str]:
         if v.note and v.decision != "not testable here":
             shown += f" ({v.note})"
         claimed = "-" if v.decision == "not testable here" else f"statistic {f['claimed']}"
-        if v.direction == "inside":
-            claimed = f"statistic inside ±{f['claimed'].split(' ', 1)[1]}"
         lines.append("| " + " | ".join(_cell(c) for c in (v.claim, v.statistic, f["estimate"],
                                                           f"{f['level']} {f['interval']}", v.seeds,
                                                           claimed, shown)) + " |")

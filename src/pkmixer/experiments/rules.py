@@ -12,6 +12,8 @@ need a few shapes more, each fixed in a preset's code (module constants) before 
 * :func:`trend_parts` - "the error falls as the width grows": the least-squares slope of the error on log₂ of the
   width, claimed < 0, *and* the widest arm no worse than the next-widest by more than a declared margin. A U-shape
   whose far end rises passes a rank correlation; it does not pass the second part.
+* :class:`AlikeRules` - "the two families show similar tendencies": the difference of their slopes on log₂ width
+  within a declared margin (an equivalence interval), contradicted when it lies wholly outside.
 * :func:`around_parts` - "lowest around C = S": the quadratic in x = log₂(C/S) fitted to the arms' means falls up
   to one grid step below C = S and rises from one grid step above it; both slopes are required (together: the
   fitted minimum lies within one step and the fit is convex, which tied arms never give), and either, of the
@@ -351,6 +353,30 @@ def trend_parts(rules: TrendRules, table: Mapping[Any, Sequence[float]], widths:
                                  f"{label}: the widest {rules.axis} is no worse than the next", quote=quote,
                                  extra=extra))
     return parts
+
+
+@dataclass(frozen=True)
+class AlikeRules:
+    """"Similar tendencies" of two families over the same arms: the difference of their least-squares slopes of
+    the error on log₂ width (second family minus first, per doubling, seeds paired across the families) claimed
+    inside ±``margin``; contradicted when its whole interval lies outside (the trends differ by more)."""
+
+    margin: float = 0.005
+    margins: tuple[float, ...] = (0.0025, 0.005, 0.01)
+    reason: str = ("“similar” read as slopes that differ by less than half a point per doubling of the width: the "
+                   "size of the effect itself (Fig. 5's assumed slope)")
+    level: float = LEVEL
+    scale: float = 100.0
+    unit: str = " points"
+
+    def difference(self, log_widths: Sequence[float]) -> ArmRule:
+        """On 2k arms: the first family's k arms, then the second's at the same ``log_widths``."""
+        x = np.asarray(log_widths, dtype=np.float64)
+        weights = (x - x.mean()) / np.sum((x - x.mean()) ** 2)
+        return ArmRule("difference of the slopes of the error on log₂ width, second family minus first (means "
+                       "over seeds, per doubling)", contrast(np.concatenate([-weights, weights])), "inside",
+                       tolerance=self.margin, level=self.level, scale=self.scale, unit=self.unit,
+                       margins=self.margins, reason=self.reason)
 
 
 def fitted_slope_at(x: Sequence[float], at: float) -> Callable[[np.ndarray], np.ndarray]:

@@ -359,7 +359,9 @@ class Verdict:
         def num(v: float) -> str:
             return _number(v * self.scale, self.digits)
 
-        side = ("<" if self.direction == "below" else ">") + " " + num(self.threshold).lstrip("+") + self.unit
+        bound = num(self.threshold).lstrip("+") + self.unit
+        side = f"inside ±{bound}" if self.direction == "inside" else \
+            ("<" if self.direction == "below" else ">") + " " + bound
         return {"estimate": "-" if self.estimate is None else num(self.estimate) + self.unit,
                 "interval": "-" if self.interval is None else
                 f"[{num(self.interval[0])}, {num(self.interval[1])}]{self.unit}",
