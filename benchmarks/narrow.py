@@ -4,7 +4,9 @@ Per multiply-add: the fig5/fig6 medium grid (Ω = 2^15, the mirrored pairs (C, S
 Fashion-MNIST's 28 px images in patches of 4), S-Mixer and RP S-Mixer, one training step (fused AdamW, batch 128)
 each. A family's five models are timed round-robin in one loop; a point's cost is its median step time over its
 training FLOPs (torch.utils.flop_counter, forward + backward), and its ratio is that cost over the square model's
-(C = S) of the same family. A ratio of 1 means a narrow model pays per multiply-add what the square one does.
+(C = S) of the same family. A ratio of 1 means a narrow model pays per multiply-add what the square one does. Each
+model is timed in the same loop beside a copy whose stem is torch's ``nn.Conv2d`` (the peer of the stem's fast path,
+:class:`pkmixer.layers.patch.PatchConv`).
 
 Own products: the small CIFAR S-Mixer (S = C = 64, patch 4 on 32 px, 8 blocks, batch 128). Every dense matrix
 product of one training step (mm, addmm, bmm, baddbmm, forward and backward) is recorded with its operands' shapes
@@ -14,9 +16,11 @@ optimizer) takes it from the time its products need.
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import torch
+from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pkmixer.experiments.presets.fig5 import MEDIUM
@@ -49,17 +53,30 @@ def section_n(settings: Settings) -> dict:
             torch.manual_seed(0)
             model = create_model(name, depth=depth, embed_dim=C, num_tokens=S).to(settings.torch_device)
             data = image_batch(model, batch, settings)
-            cases[(C, S)] = train_step(model, data, settings)
+            cases[f"{C}x{S}"] = train_step(model, data, settings)
+            cases[f"{C}x{S} conv stem"] = train_step(with_conv_stem(model), data, settings)
             flops[(C, S)] = train_flops(model, data[0].shape)
-        t = interleaved({f"{C}x{S}": case for (C, S), case in cases.items()}, settings)
+        t = interleaved(cases, settings)
         square = min(pairs, key=lambda p: abs(p[0] - p[1]))
         per_flop = {p: t[f"{p[0]}x{p[1]}"].median_s / flops[p] for p in pairs}
         for (C, S) in pairs:
+            ours, conv = t[f"{C}x{S}"], t[f"{C}x{S} conv stem"]
             rows.append({"family": family, "model": name, "omega": omega, "C": C, "S": S, "batch": batch,
-                         "train_flops": flops[(C, S)], "time": t[f"{C}x{S}"].as_dict(),
-                         "ns_per_flop": 1e9 * per_flop[(C, S)],
+                         "train_flops": flops[(C, S)], "time": ours.as_dict(), "conv_stem_time": conv.as_dict(),
+                         "stem_speedup": ratio(conv.median_s, ours.median_s), "ns_per_flop": 1e9 * per_flop[(C, S)],
                          "per_flop_vs_square": ratio(per_flop[(C, S)], per_flop[square])})
     return {"rows": rows, "own_products": own_products(settings)}
+
+
+def with_conv_stem(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` whose per-patch stem is torch's ``nn.Conv2d`` (the peer of
+    :class:`pkmixer.layers.patch.PatchConv`), with the same weights."""
+    plain = copy.deepcopy(model)
+    stem = model.stem
+    plain.stem = nn.Conv2d(stem.in_channels, stem.out_channels, stem.kernel_size, stride=stem.stride,
+                           bias=stem.bias is not None).to(stem.weight.device)
+    plain.stem.load_state_dict(stem.state_dict())
+    return plain
 
 
 class _RecordProducts(TorchDispatchMode):

@@ -262,10 +262,14 @@ def markdown(result: dict) -> str:
         lines += ["## (n) Narrow Mixers against square ones at fixed Ω", "",
                   f"Ω = {first['omega']:,}, batch {first['batch']}, one fused-AdamW training step; a family's models "
                   "timed round-robin in one loop; per FLOP = median step / training FLOPs (forward + backward); "
-                  "ratio = per FLOP / the square model's of the same family.", ""]
+                  "ratio = per FLOP / the square model's of the same family. Steps in ms; beside each, the same "
+                  "model with torch's nn.Conv2d as its stem, timed in the same loop, and PatchConv's speedup over it.",
+                  ""]
         rows = [[r["family"], f"({r['C']}, {r['S']})", f"{r['train_flops'] / 1e9:.3f}", _ms(r["time"]),
-                 f"{r['ns_per_flop']:.3f}", _x(r["per_flop_vs_square"])] for r in n["rows"]]
-        lines += _table(["family", "(C, S)", "GFLOP per step", "step", "ns per FLOP", "per FLOP vs square"], rows)
+                 f"{r['ns_per_flop']:.3f}", _x(r["per_flop_vs_square"]), _ms(r["conv_stem_time"]),
+                 _x(r["stem_speedup"])] for r in n["rows"]]
+        lines += _table(["family", "(C, S)", "GFLOP per step", "step", "ns per FLOP", "per FLOP vs square",
+                         "step, nn.Conv2d stem", "PatchConv speedup"], rows)
         own = n["own_products"]
         lines += ["", f"{own['model']} ({own['depth']} blocks, batch {own['batch']}): training step "
                   f"{_ms(own['times']['step'])} ms, its {own['products']} matrix products replayed alone "
