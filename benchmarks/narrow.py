@@ -8,6 +8,10 @@ training FLOPs (torch.utils.flop_counter, forward + backward), and its ratio is 
 model is timed in the same loop beside a copy whose stem is torch's ``nn.Conv2d`` (the peer of the stem's fast path,
 :class:`pkmixer.layers.patch.PatchConv`).
 
+LayerNorm over few channels: torch's kernel against three other formulations (a ``var_mean`` decomposition,
+``group_norm`` with one group per token, ``batch_norm`` of the transposed stream), forward + backward on each grid
+point's (128, S, C) stream, timed round-robin.
+
 Own products: the small CIFAR S-Mixer (S = C = 64, patch 4 on 32 px, 8 blocks, batch 128). Every dense matrix
 product of one training step (mm, addmm, bmm, baddbmm, forward and backward) is recorded with its operands' shapes
 and strides (``TorchDispatchMode``), and replayed alone on fresh tensors of the same layout; the step's time over
@@ -20,6 +24,7 @@ import copy
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -65,7 +70,47 @@ def section_n(settings: Settings) -> dict:
                          "train_flops": flops[(C, S)], "time": ours.as_dict(), "conv_stem_time": conv.as_dict(),
                          "stem_speedup": ratio(conv.median_s, ours.median_s), "ns_per_flop": 1e9 * per_flop[(C, S)],
                          "per_flop_vs_square": ratio(per_flop[(C, S)], per_flop[square])})
-    return {"rows": rows, "own_products": own_products(settings)}
+    return {"rows": rows, "layer_norm": layer_norm_rows(settings, pairs, batch),
+            "own_products": own_products(settings)}
+
+
+def _decomposed_layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    var, mean = torch.var_mean(x, -1, keepdim=True, correction=0)
+    return torch.addcmul(b, (x - mean) * torch.rsqrt(var + 1e-6), w)
+
+
+def _group_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.addcmul(b, F.group_norm(x.reshape(-1, 1, x.shape[-1]), 1, eps=1e-6).view_as(x), w)
+
+
+def _batch_norm_of_transpose(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    y = F.batch_norm(x.reshape(-1, x.shape[-1]).t(), None, None, training=True, eps=1e-6)  # stats per column
+    return torch.addcmul(b, y.t().view_as(x), w)
+
+
+LAYER_NORMS = {"native": lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-6),
+               "var_mean": _decomposed_layer_norm, "group_norm": _group_norm,
+               "batch_norm of the transpose": _batch_norm_of_transpose}
+
+
+def layer_norm_rows(settings: Settings, pairs: list[tuple[int, int]], batch: int) -> list[dict]:
+    """LayerNorm over C channels of a (batch, S, C) residual stream, forward + backward: torch's kernel against
+    the formulations a narrow-C fast path could use (each equal to it within float rounding)."""
+    rows = []
+    for C, S in pairs:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(batch, S, C, generator=g).to(settings.torch_device).requires_grad_()
+        w = torch.randn(C, generator=g).to(settings.torch_device).requires_grad_()
+        b = torch.randn(C, generator=g).to(settings.torch_device).requires_grad_()
+        grad = torch.randn(batch, S, C, generator=g).to(settings.torch_device)
+
+        def case(f: Callable) -> Callable[[], None]:
+            return lambda: f(x, w, b).backward(grad)
+        t = interleaved({name: case(f) for name, f in LAYER_NORMS.items()}, settings,
+                        repeats=max(settings.repeats, 10))
+        rows.append({"C": C, "S": S, "batch": batch, "times": {k: v.as_dict() for k, v in t.items()},
+                     "vs_native": {k: ratio(v.median_s, t["native"].median_s) for k, v in t.items()}})
+    return rows
 
 
 def with_conv_stem(model: nn.Module) -> nn.Module:

@@ -270,6 +270,12 @@ def markdown(result: dict) -> str:
                  _x(r["stem_speedup"])] for r in n["rows"]]
         lines += _table(["family", "(C, S)", "GFLOP per step", "step", "ns per FLOP", "per FLOP vs square",
                          "step, nn.Conv2d stem", "PatchConv speedup"], rows)
+        names = list(n["layer_norm"][0]["times"])
+        lines += ["", f"LayerNorm over C channels of the ({first['batch']}, S, C) stream, forward + backward, ms "
+                  "(time / torch's kernel):", ""]
+        lines += _table(["(C, S)", *names], [[f"({r['C']}, {r['S']})", *(
+            f"{1e3 * r['times'][k]['median_s']:.3f} ({_x(r['vs_native'][k])})" for k in names)]
+            for r in n["layer_norm"]])
         own = n["own_products"]
         lines += ["", f"{own['model']} ({own['depth']} blocks, batch {own['batch']}): training step "
                   f"{_ms(own['times']['step'])} ms, its {own['products']} matrix products replayed alone "
