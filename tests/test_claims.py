@@ -119,6 +119,38 @@ def test_fig5_alike_part_contradicts_opposite_trends():
     assert analysis.outcome == CONTRADICTED
 
 
+def test_fig4_parts_from_the_papers_words():
+    """fig4's error parts on constructed medium rows (out of regime there, but every part still computed): both
+    families falling with γm, the widest SW-MLP a point worse than the Mixer and flat between its two widest
+    widths; the causal sentence is listed as not testable; an SW-MLP that rises a point at its widest width fails
+    "little change"."""
+    preset, specs = get_preset("fig4"), get_preset("fig4").runs("medium", None)
+
+    def falling(meta, last_step=0.0):
+        widest = max(s.meta["width"] for s in specs)
+        error = 0.3 - 0.02 * math.log2(meta["gamma_width"])
+        if meta["model"] == "SW-MLP":
+            error += 0.01 + (last_step if meta["width"] == widest else 0.0)
+            if meta["width"] == widest:  # flat: the next-widest's error
+                error += 0.02 * math.log2(2 * widest) - 0.02 * math.log2(2 * _next_widest(specs))
+        return error
+    analysis = preset.analyze(_rows(specs, falling), None, "medium")
+    by = {v.claim: v for v in analysis.verdicts}
+    assert analysis.outcome == OUT_OF_REGIME
+    assert by["MLP-Mixer: error falls as the γm grows"].decision == SUPPORTED
+    assert by["the SW-MLP's error changes little between its two widest γm"].decision == SUPPORTED
+    assert [v.decision for v in analysis.verdicts if "worse than the Mixer" in v.claim] == [SUPPORTED]
+    assert by["large singular values are what deteriorates the SW-MLP's error"].decision == NOT_TESTABLE
+    rising = preset.analyze(_rows(specs, lambda meta: falling(meta, last_step=0.02)), None, "medium")
+    flat, = [v for v in rising.verdicts if "changes little" in v.claim]
+    assert flat.decision == CONTRADICTED
+
+
+def _next_widest(specs):
+    widths = sorted({s.meta["width"] for s in specs})
+    return widths[-2]
+
+
 def test_fig5_is_not_converged_when_doubling_moves_the_selected_error():
     preset, specs = get_preset("fig5"), get_preset("fig5").runs("medium", None)
     rows = _rows(specs, _grid_error(lambda x, m: 0.2 - 0.02 * math.log2(m), lambda m: 0.2 - 0.01 * math.log2(m)),
