@@ -127,10 +127,15 @@ def _number(value: float, digits: int, signed: bool = True) -> str:
 # ---- statistics of arm means (vectorised over leading axes) -----------------------------------------------
 
 
+def slope_weights(x: Sequence[float]) -> np.ndarray:
+    """w such that w · y is the least-squares slope of y on ``x``."""
+    x = np.asarray(x, dtype=np.float64)
+    return (x - x.mean()) / np.sum((x - x.mean()) ** 2)
+
+
 def slope_on(x: Sequence[float]) -> Callable[[np.ndarray], np.ndarray]:
     """The least-squares slope of the arms' means on ``x`` (e.g. log₂ width)."""
-    x = np.asarray(x, dtype=np.float64)
-    weights = (x - x.mean()) / np.sum((x - x.mean()) ** 2)
+    weights = slope_weights(x)
 
     def slope(means: np.ndarray) -> np.ndarray:
         return means @ weights
@@ -371,8 +376,7 @@ class AlikeRules:
 
     def difference(self, log_widths: Sequence[float]) -> ArmRule:
         """On 2k arms: the first family's k arms, then the second's at the same ``log_widths``."""
-        x = np.asarray(log_widths, dtype=np.float64)
-        weights = (x - x.mean()) / np.sum((x - x.mean()) ** 2)
+        weights = slope_weights(log_widths)
         return ArmRule("difference of the slopes of the error on log₂ width, second family minus first (means "
                        "over seeds, per doubling)", contrast(np.concatenate([-weights, weights])), "inside",
                        tolerance=self.margin, level=self.level, scale=self.scale, unit=self.unit,
