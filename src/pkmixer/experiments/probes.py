@@ -13,6 +13,8 @@ sweep directory resumes to the same table. Each probe returns a flat dict of num
   :data:`DRAWS` draws of the shots, keyed by the run's seed.
 * ``top5`` - top-1 and top-5 error of the final weights on the test split (the supplement reports top-5 for
   its "views" ablation).
+* ``kept`` - the fraction (and number) of non-zero entries among the weights β-LASSO acts on (those a run
+  decays but the classifier's, :mod:`pkmixer.train.lasso`; Hayase & Karakida Table 1's dynamic-sparsity baseline).
 * ``grams-<B>x<n>`` - what mini-batch CKA needs (Hayase & Karakida Fig. 2a-c): the Gram matrices of the features
   at every mixing block on the first B·n test images in batches of n (:func:`pkmixer.analysis.cka.feature_grams`),
   stored as ``grams.npz``; :func:`load_grams` reads them, and CKA between two runs is
@@ -140,8 +142,17 @@ def grams(data: DataConfig, seed: int, model: nn.Module, sets: dict, run: RunDir
     return {"layers": len(names), "batches": stack.shape[1], "batch_size": size}
 
 
-PROBES: dict[str, Callable[..., dict[str, Any]]] = {"fewshot5": fewshot5, "top5": top5}
-COLUMNS = {"fewshot5": ("fewshot5_error",), "top5": ("top1_error", "top5_error")}  # what each adds to a row
+def kept(data: DataConfig, seed: int, model: nn.Module, sets: dict, run: RunDir) -> dict[str, float]:
+    from ..train.lasso import kept_fraction, lasso_weights
+
+    weights = [p.detach() for p in lasso_weights(model)]
+    fraction = kept_fraction(weights)
+    return {"kept_fraction": fraction, "kept_weights": fraction * sum(w.numel() for w in weights)}
+
+
+PROBES: dict[str, Callable[..., dict[str, Any]]] = {"fewshot5": fewshot5, "top5": top5, "kept": kept}
+COLUMNS = {"fewshot5": ("fewshot5_error",), "top5": ("top1_error", "top5_error"),
+           "kept": ("kept_fraction", "kept_weights")}  # what each adds to a row
 
 
 def _probe(name: str) -> Callable[..., dict[str, Any]]:

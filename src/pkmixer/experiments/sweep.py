@@ -76,6 +76,10 @@ DONE = ("finished", "diverged")  # a run in one of these states is never run aga
 # config keys that do not change a run's result: a rerun may differ in them (e.g. another --data-dir)
 NEUTRAL_KEYS = {("data", "data_dir"), ("data", "download"), ("data", "workers"), ("run", "progress"),
                 ("run", "device"), ("run", "loggers")}
+# config keys added after results were recorded, with the value every earlier run trained with: left out of the
+# normalised config at that value, so that a record's key (pkmixer.experiments.records.run_key) and a sweep's resume
+# check stay those of the configs that lacked them
+ADDED_KEYS = {("optim", "lasso"): 0.0, ("optim", "lasso_beta"): 50.0}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+-]*")
 
 
@@ -131,10 +135,14 @@ def write_results(sweep_dir: Path, rows: Sequence[dict]) -> None:
 
 
 def _normalized(config: TrainConfig) -> dict[str, Any]:
-    """The config as a plain dict, without the keys that do not change a result."""
+    """The config as a plain dict, without the keys that do not change a result and the :data:`ADDED_KEYS` at
+    their earlier value."""
     resolved = config.as_dict()
     for section, key in NEUTRAL_KEYS:
         resolved[section].pop(key, None)
+    for (section, key), before in ADDED_KEYS.items():
+        if resolved[section].get(key) == before:
+            resolved[section].pop(key)
     return resolved
 
 

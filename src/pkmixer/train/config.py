@@ -68,6 +68,9 @@ class OptimConfig:
     betas: tuple[float, float] = (0.9, 0.999)  # AdamW
     clip_grad: float | None = None  # clip the global gradient norm to this
     ema_decay: float | None = None  # Polyak average of the weights, e.g. 0.9999 (Mixer supp. A.2: no consistent gain)
+    lasso: float = 0.0  # β-LASSO's λ (Neyshabur 2020, Alg. 1; pkmixer.train.lasso): λ·sign(w) joins each weight's
+    #                     gradient; 0: off
+    lasso_beta: float = 50.0  # β-LASSO's β: after each step the weights with |w| < β·λ become 0 (0: plain LASSO)
 
 
 @dataclass(frozen=True)
@@ -288,7 +291,7 @@ def _check_optim(o: OptimConfig) -> None:
         raise ConfigError(f"optim.momentum={o.momentum} must lie in [0, 1]")
     if o.name == "sgd" and o.nesterov and o.momentum == 0:
         raise ConfigError("optim.nesterov=true needs optim.momentum > 0 (or set optim.nesterov=false)")
-    _not_negative({"optim.weight_decay": o.weight_decay})
+    _not_negative({"optim.weight_decay": o.weight_decay, "optim.lasso": o.lasso, "optim.lasso_beta": o.lasso_beta})
     if o.lr <= 0:
         raise ConfigError(f"optim.lr={o.lr} must be positive")
     if o.clip_grad is not None and o.clip_grad <= 0:

@@ -27,6 +27,7 @@ from ..layers.decay import decayed_parameters
 from . import distributed as dist_
 from .config import OptimConfig, RunConfig, ScheduleConfig
 from .evaluation import evaluate
+from .lasso import attach_beta_lasso, lasso_weights
 from .precision import Precision
 
 
@@ -40,7 +41,8 @@ class TrainingDiverged(RuntimeError):
 def build_optimizer(optim: OptimConfig, model: nn.Module) -> torch.optim.Optimizer:
     """SGD with Nesterov momentum (App. C.4) or AdamW (App. C.5); weight decay on the parameters whose role
     is a weight, as each layer declares (:func:`~pkmixer.layers.decay.decayed_parameters`): not on biases,
-    norms or anything a layer leaves out, whatever their rank."""
+    norms or anything a layer leaves out, whatever their rank. With ``optim.lasso`` > 0 each step is a β-LASSO
+    step on those weights but the classifier's (:mod:`pkmixer.train.lasso`)."""
     decay_names = decayed_parameters(model)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     decay = [p for n, p in named if n in decay_names]
@@ -48,9 +50,12 @@ def build_optimizer(optim: OptimConfig, model: nn.Module) -> torch.optim.Optimiz
     groups = [{"params": decay, "weight_decay": optim.weight_decay}, {"params": rest, "weight_decay": 0.0}]
     if optim.name == "adamw":  # the fused kernel: one pass over all tensors, 8x the per-tensor loop on a CPU
         fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in decay + rest)
-        return torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas, fused=fused or None)
-    return torch.optim.SGD(groups, lr=optim.lr, momentum=optim.momentum,
-                           nesterov=optim.nesterov and optim.momentum > 0)
+        optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas, fused=fused or None)
+    else:
+        optimizer = torch.optim.SGD(groups, lr=optim.lr, momentum=optim.momentum,
+                                    nesterov=optim.nesterov and optim.momentum > 0)
+    attach_beta_lasso(optimizer, lasso_weights(model), optim.lasso, optim.lasso_beta)
+    return optimizer
 
 
 def build_scheduler(schedule: ScheduleConfig, optimizer: torch.optim.Optimizer,

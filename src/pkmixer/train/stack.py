@@ -151,6 +151,8 @@ def member_optims(optim: OptimConfig | Sequence[OptimConfig], members: int) -> l
     configs = [optim] * members if isinstance(optim, OptimConfig) else list(optim)
     if len(configs) != members:
         raise ConfigError(f"{len(configs)} optimiser settings for {members} stacked members")
+    if any(c.lasso > 0 for c in configs):
+        raise ConfigError("stacked runs do not carry β-LASSO (optim.lasso > 0): train those runs alone")
     shared = [dataclasses.replace(c, lr=1.0, weight_decay=0.0) for c in configs]
     if any(c != shared[0] for c in shared):
         raise ConfigError("stacked members may differ in their optimiser's lr and weight_decay only; train "
