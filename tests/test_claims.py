@@ -146,6 +146,41 @@ def test_fig4_parts_from_the_papers_words():
     assert flat.decision == CONTRADICTED
 
 
+def test_table1lasso_compares_the_mixer_with_the_lambda_the_validation_split_selects():
+    """Table 1's β-LASSO row: the FC network holds the Mixer's connections; λ is the one with the lowest mean final
+    validation error, whatever the other λs' test errors; the paired rule decides on it."""
+    from pkmixer.experiments.presets.table1lasso import LAMBDAS
+
+    preset = get_preset("table1lasso")
+    specs = preset.runs("medium", None)
+    trained = [s for s in specs if not s.meta.get("doubles")]
+    assert len(trained) == 5 * (1 + len(LAMBDAS)) and len(specs) - len(trained) == 1 + len(LAMBDAS)
+    connections = {s.meta["model"]: s.meta["connections"] for s in trained}
+    assert connections["β-LASSO"] / connections["Mixer-SS-W"] == pytest.approx(1, abs=0.005)
+    assert preset.regime_check("medium", None).reached
+    for s in trained:
+        optim = s.config.optim
+        assert (optim.lasso, optim.name) == ((s.meta["lasso"], "sgd") if s.meta["lasso"] else (0.0, "adamw"))
+    middle = LAMBDAS[1]
+
+    def analysed(mixer_error, other_test):
+        def error(meta):
+            if meta["model"] == "Mixer-SS-W":
+                return mixer_error
+            return 0.13 if meta["lasso"] == middle else other_test
+        rows = _rows(specs, error)
+        for r in rows:  # the middle λ validates best
+            r["final_val_error"] = 0.05 if r.get("lasso") == middle else 0.2
+        return preset.analyze(rows, None, "medium")
+
+    low, high = analysed(0.10, 0.01), analysed(0.10, 0.5)
+    for a in (low, high):
+        assert a.numbers["λ selected on the validation split"] == f"{middle:g}"
+        assert a.verdicts[0].decision == SUPPORTED and a.outcome == SUPPORTED
+    assert low.verdicts[0].estimate == high.verdicts[0].estimate
+    assert analysed(0.16, 0.01).verdicts[0].decision == CONTRADICTED
+
+
 def _next_widest(specs):
     widths = sorted({s.meta["width"] for s in specs})
     return widths[-2]

@@ -84,7 +84,7 @@ def preset_block(preset: Preset, records: dict, root: Path, write_figures: bool)
     lines = [f"### {preset.name} at medium scale", "",
              f"`pkmixer reproduce {preset.name} --scale medium` - {len(specs)} runs of "
              f"{'/'.join(map(str, epochs))} epochs on {dataset}"
-             + (f", estimated {hours:.1f} h on 2 cores from the per-run times recorded under the earlier design"
+             + (f", estimated {hours:.1f} h on 2 cores from the per-epoch times of recipes.RUN_EPOCH_SECONDS"
                 f"{' (over the 2-hour budget)' if hours > recipes.BUDGET_HOURS + 0.05 else ''}" if hours else "")
              + f"; {len(rows)} of them recorded in reproduction/.", ""]
     lines += ["*The paper's words:*", ""] + [f"- {q}" for q in quotes] + [""]
