@@ -324,10 +324,12 @@ class TrendRules:
     value: str = "error"
     axis: str = "width"
     claim: str = "below"  # "above" for a claim that the value rises (a training loss with sparsity)
+    digits: int = 2  # decimals the report prints (a loss's slope needs more than an error's in points)
 
     def slope(self, log_widths: Sequence[float]) -> ArmRule:
         return ArmRule(f"least-squares slope of the {self.value} on log₂ {self.axis} (means over seeds, per doubling)",
-                       slope_on(log_widths), self.claim, 0.0, level=self.level, scale=self.scale, unit=self.unit)
+                       slope_on(log_widths), self.claim, 0.0, level=self.level, scale=self.scale, unit=self.unit,
+                       digits=self.digits)
 
     def end(self, widest: Sequence[int], following: Sequence[int], arms: int) -> ArmRule:
         """The end part on arms ``widest`` (the widest width's arms) against arms ``following`` (the next width's)."""
@@ -338,7 +340,7 @@ class TrendRules:
         what = "the widest minus the next-widest" if sign > 0 else "the next-widest minus the widest"
         return ArmRule(f"{self.value} at {what} {self.axis} (means over seeds)", contrast(sign * weights), "below",
                        self.margin, level=self.level, scale=self.scale, unit=self.unit, margins=self.margins,
-                       reason=self.reason)
+                       reason=self.reason, digits=self.digits)
 
 
 def trend_parts(rules: TrendRules, table: Mapping[Any, Sequence[float]], widths: Sequence[float], label: str,

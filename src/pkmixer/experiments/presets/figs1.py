@@ -84,7 +84,7 @@ LEVEL = 0.92
 # trainability: the SW-MLP's final training loss rises with log₂(1/p) over p ≤ Ω^(−1/3), and the sparsest is no
 # better trained than the next (within 0.005 nats: a U would pass a rank correlation)
 LOSS_TREND = TrendRules(claim="above", value="final training loss", axis="1/p", margin=0.005,
-                        margins=(0.0, 0.005, 0.01), scale=1.0, unit="",
+                        margins=(0.0, 0.005, 0.01), scale=1.0, unit="", digits=4,
                         reason="“too high” read as: no sparser point trains better than the next by 0.005 nats")
 # "hardly observed such a decrease": the S-Mixer's test error rises by less than a quarter point per halving of its
 # density (printed at 0.1, 0.25 and 0.5)
