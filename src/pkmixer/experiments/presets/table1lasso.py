@@ -10,8 +10,8 @@ Command::
 
 The paper's claim: Mixer-SS-W (255 M connections) has a lower test error than β-LASSO (256 M): 12.07 against
 14.81 % on CIFAR-10, 38.13 against 40.44 % on CIFAR-100. The paper trains only the Mixer; its β-LASSO numbers are
-Neyshabur's (his S-FC: two hidden fully connected layers with BatchNorm on the raw pixels, 4000 epochs). This
-preset trains both sides with one recipe.
+Neyshabur's (his S-FC: two hidden fully connected layers with BatchNorm on the raw pixels). This preset trains
+both sides, on one data set with one augmentation.
 
 What a run trains:
 
@@ -23,8 +23,8 @@ What a run trains:
   Neyshabur's S-FC has, with the SW-MLP's LayerNorm and skips for his BatchNorm. β = 50 (Neyshabur's), and two
   penalties λ (:data:`LAMBDAS`, a decade apart: a mild one, and one whose threshold βλ is half the initial weights'
   scale; a third, 3e-6, kept 98 % of the weights at small scale - plain SGD in effect - and is not worth its
-  runs); the λ whose runs have the lowest mean final *validation* error
-  is the one compared - a choice the Mixer does not get, which can only favour β-LASSO. Optimiser: App. C.4's
+  runs); the λ whose runs have the lowest mean final *validation* error is the one compared - a choice the Mixer
+  does not get, which can only favour β-LASSO. Optimiser: App. C.4's
   Nesterov SGD (lr 0.02, momentum 0.9, no weight decay: the L1 penalty replaces it), the step Alg. 1 writes plus
   momentum; the classifier is left out of the penalty (it starts at zero). The ``kept`` probe records the fraction
   of weights β-LASSO left non-zero.
@@ -47,7 +47,8 @@ Scales:
   4.7 M multiply-adds per image each way, and Mixer-SS-W's epochs of this design took 28-33 s on each of two
   busy cores (the FC network's small-scale epochs took as long as the Mixer's): the whole training set would buy
   one λ in 2 hours. Estimated 1.75 h on 2 cores (:data:`.recipes.RUN_EPOCH_SECONDS`).
-* ``small`` - 10 000 images, 4 epochs of the same optimisers, 3 seeds: 12 runs.
+* ``small`` - :func:`.recipes.small` (10 000 images, no augmentation), 4 epochs of the same optimisers, 3 seeds:
+  9 runs.
 * ``smoke`` - digits at 8 px (Mixer P = 2, C = 7; the FC network of the same connections), 1 epoch.
 
 Neyshabur's own S-FC and recipe are not what any scale trains (see the β-LASSO network above).
@@ -78,7 +79,7 @@ LAMBDAS = (3e-5, 3e-4)  # the penalties tried; βλ = 1.5e-3 and 1.5e-2 against 
 FC_DEPTH = 2  # the residual blocks after the input layer: two hidden layers, as S-FC
 MIXER, LASSO = "Mixer-SS-W", "β-LASSO"
 MEDIUM_EPOCHS, MEDIUM_SUBSET = 20, 10_000
-PAPER_EPOCHS = 4000  # App. C.3's Mixer-SS-W; Neyshabur trained S-FC as long
+PAPER_EPOCHS = 4000  # App. C.3's Mixer-SS-W, for both
 
 
 def fc_width(connections: float, inputs: int, depth: int = FC_DEPTH) -> int:
