@@ -130,3 +130,13 @@ def test_a_run_sparsifies_and_resumes_to_the_same_weights(tmp_path):
     a = read_checkpoint(tmp_path / "whole" / "checkpoints" / "latest.pt")["state_dict"]
     b = read_checkpoint(tmp_path / "pieces" / "checkpoints" / "latest.pt")["state_dict"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_runs_without_it_keep_their_record_keys():
+    """The two keys are left out of a normalised config at their off values, so runs recorded before they existed
+    keep their keys (pkmixer.experiments.records.run_key); on, λ is part of the key."""
+    from pkmixer.experiments.sweep import _normalized
+
+    assert not {"lasso", "lasso_beta"} & set(_normalized(build_config(None, {}))["optim"])
+    on = _normalized(build_config(None, {"optim.lasso": 1e-5}))["optim"]
+    assert on["lasso"] == 1e-5 and "lasso_beta" not in on
