@@ -140,11 +140,11 @@ MEDIUM_EPOCHS = 15
 # 50 runs × 60 epochs in 1.9 h, figs7 (2 000) 50 × 50 in 44 min, figs8 (10 000, AutoAugment) 10 × 40 in 32 min;
 # fig6 (45 min), fig7 (30 min) and suppa1 (80 min) estimated, not timed. The new design evaluates a validation
 # split (+3-6 % per epoch) and augments in batches (a few %) on 8 % fewer training images: the rates are kept.
-# table1lasso (10 000 training and 12 500 evaluated images per epoch): Mixer-SS-W's epochs took 28-33 s on each of
-# two cores under a two-worker sweep (its first medium runs), 15 s per run-epoch.
+# table1lasso (10 000 training and 12 500 evaluated images per epoch): Mixer-SS-W's medium epochs took 15-19 s on
+# each of two cores with its two-worker sweep alone (28-33 s beside test suites): 8.5 s per run-epoch.
 RUN_EPOCH_SECONDS = {"fig5": 6.25, "fig6": 5.4, "figs2": 9.7, "figs3": 5.9, "figs4": 7.5, "figs5": 6.4,
                      "figs1": 3.7, "fig4": 7.5, "table1": 25.0, "fig2d": 3.6, "fig2": 12.0, "figs6": 2.3,
-                     "figs7": 1.1, "figs8": 4.8, "fig7": 4.5, "suppa1": 19.0, "table1lasso": 15.0}
+                     "figs7": 1.1, "figs8": 4.8, "fig7": 4.5, "suppa1": 19.0, "table1lasso": 8.5}
 BUDGET_HOURS = 2.0
 
 

@@ -44,9 +44,9 @@ Scales:
   with crop and flip) on 10 000 Fashion-MNIST training images (each seed draws its own, shared by its runs; a
   validation split of 2 500 held out of the training set) for 20 epochs, tested on all 10 000 test images, 5
   seeds: 15 runs, plus 3 doubled (40 epochs, seed 0 of each arm). A subset, as figs8's: both models cost about
-  4.7 M multiply-adds per image each way, and Mixer-SS-W's epochs of this design took 28-33 s on each of two
-  busy cores (the FC network's small-scale epochs took as long as the Mixer's): the whole training set would buy
-  one λ in 2 hours. Estimated 1.75 h on 2 cores (:data:`.recipes.RUN_EPOCH_SECONDS`).
+  4.7 M multiply-adds per image each way, and Mixer-SS-W's epochs of this design took 15-19 s on each of two
+  cores (28-33 s beside test suites; the FC network's small-scale epochs took as long as the Mixer's). Estimated
+  1.0 h on 2 cores (:data:`.recipes.RUN_EPOCH_SECONDS`).
 * ``small`` - :func:`.recipes.small` (10 000 images, no augmentation), 4 epochs of the same optimisers, 3 seeds:
   9 runs.
 * ``smoke`` - digits at 8 px (Mixer P = 2, C = 7; the FC network of the same connections), 1 epoch.
