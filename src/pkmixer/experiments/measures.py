@@ -255,6 +255,18 @@ def headline(fields: dict[str, Any]) -> str:
     return f" Outcome: {fields['outcome']}{reason}."
 
 
+def closing(preset: Any, rows: Sequence[dict], scale: str, verdicts: Sequence[Verdict], axis: str,
+            value_note: str = "") -> tuple[list[dict], dict[str, str], str, dict[str, Any]]:
+    """The end of a preset's analysis: the epoch-doubling checks along ``axis`` (:func:`doubling`), their key
+    number, the verdict's closing text (the convergence sentence, :func:`headline`, and at smoke scale that it is
+    too short to decide) and the outcome fields (:func:`conclude`)."""
+    checks = doubling(rows, axis)
+    numbers, text = doubling_report(checks)
+    fields = conclude(preset, rows, scale, verdicts, checks, value_note)
+    text += headline(fields) + (" (Smoke scale: too short to decide.)" if scale == "smoke" else "")
+    return checks, numbers, text, fields
+
+
 def arm_table(runs: Sequence[dict], key: Any, arms: Sequence[Any], value: str) -> dict[Any, list[float]]:
     """Seed -> [``value`` at each of ``arms``] (``key``: a column or a function of a row), the seeds with every arm
     (:func:`pkmixer.experiments.stats.per_seed_table`)."""

@@ -195,14 +195,10 @@ class Fig6(Preset):
             verdicts.append(not_testable("ImageNet-1k: MLP-Mixers lowest around C = S",
                                          "a data set this scale does not have (paper scale: --dataset imagenet)",
                                          QUOTE_IMAGENET))
-        checks = measures.doubling(measures.finished(rows), "width")
-        number, convergence = measures.doubling_report(checks)
+        checks, number, closing, fields = measures.closing(self, rows, scale, verdicts, "width", value_note)
         numbers.update(number)
-        fields = measures.conclude(self, rows, scale, verdicts, checks, value_note)
         verdict = ("; ".join(findings) + ". " if findings else "No run finished. ") + \
-            summary([v for v in verdicts if v.decision != "not testable here"]) + convergence + measures.headline(fields)
-        if scale == "smoke":
-            verdict += " (Smoke scale: too short to decide.)"
+            summary([v for v in verdicts if v.decision != "not testable here"]) + closing
         omega, gamma = (points[0]["omega"], points[0]["gamma"] or 1.0) if points else (None, 1.0)
         data = sorted({str(r.get("dataset")) for r in rows})
         vlines = [(optimal_channels(omega, gamma), "C = S")] if omega else []

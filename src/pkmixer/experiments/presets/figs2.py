@@ -50,7 +50,7 @@ from ..rules import Quote, TrendRules, trend_parts
 from ..stats import aggregate, format_mean_std, interval_text, per_seed_difference, rank_correlation, summary
 from ..sweep import RunSpec
 from .. import measures, recipes
-from ..measures import doubling, doubling_report, error_plot, trained
+from ..measures import error_plot, trained
 
 GAMMA = 4.0
 PAPER_DATASETS = ("cifar10", "cifar100")
@@ -168,14 +168,9 @@ class FigS2(Preset):
             if scale != "smoke" and len(widths) >= 2:
                 extra = "; ".join(e for e in (extra, _power(widths)) if e)
             verdicts += trend_parts(TREND, seeds_table, widths, line, quote=QUOTE, extra=extra)
-        checks = doubling(rows, "width")
-        check_numbers, check_text = doubling_report(checks)
+        checks, check_numbers, closing, fields = measures.closing(self, rows, scale, verdicts, "width", value_note)
         numbers |= check_numbers
-        fields = measures.conclude(self, rows, scale, verdicts, checks, value_note)
-        verdict = (f"Error against effective width at γ = 4 - {summary(verdicts) or 'no finished runs.'}" + check_text
-                   + measures.headline(fields))
-        if scale == "smoke":
-            verdict += " (Smoke scale: too short to decide.)"
+        verdict = f"Error against effective width at γ = 4 - {summary(verdicts) or 'no finished runs.'}" + closing
         data = ", ".join(sorted({str(r.get("dataset")) for r in rows}))
         figure = error_plot(points, "width", "line", f"Fig. S.2: error against effective width, γ = 4 ({data})",
                             "effective width m")

@@ -48,7 +48,7 @@ from ..rules import AroundRules, Quote, TrendRules, around_parts, trend_parts
 from ..stats import aggregate, format_mean_std, interval_text, per_seed_trend, rank_correlation, summary
 from ..sweep import RunSpec
 from .. import measures, recipes
-from ..measures import balance_minimum, doubling, doubling_report, error_plot, trained
+from ..measures import balance_minimum, error_plot, trained
 
 FAMILIES = {"MLP-Mixer": "mixer", "RP MLP-Mixer": "rpmixer"}
 # The paper's words and the rules, fixed before any run is read
@@ -160,13 +160,9 @@ class FigS3(Preset):
             x = [math.log2(p["C"] / p["S"]) for p in group]
             seeds_table = measures.arm_table(runs, "C", [p["C"] for p in group], value)
             verdicts += around_parts(AROUND, seeds_table, x, line, quote=QUOTE_BALANCE)
-        checks = doubling(rows, "gamma")
-        check_numbers, check_text = doubling_report(checks)
+        checks, check_numbers, closing, fields = measures.closing(self, rows, scale, verdicts, "gamma", value_note)
         numbers |= check_numbers
-        fields = measures.conclude(self, rows, scale, verdicts, checks, value_note)
-        verdict = (summary(verdicts) or "No run finished.") + check_text + measures.headline(fields)
-        if scale == "smoke":
-            verdict += " (Smoke scale: too short to decide.)"
+        verdict = (summary(verdicts) or "No run finished.") + closing
         data = ", ".join(sorted({str(r.get("dataset")) for r in rows}))
         width = points[0]["width"] if points else 0
         left = error_plot(points, "gamma", "line", f"Fig. S.3 left: error against γ at m = {width} ({data})",

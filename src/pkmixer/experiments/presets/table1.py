@@ -57,7 +57,7 @@ from ..rules import ArmRule, Quote, contrast
 from ..stats import aggregate, format_mean_std, gap, interval_text, per_seed_difference, summary
 from ..sweep import RunSpec
 from .. import measures, recipes
-from ..measures import doubling, doubling_report, trained
+from ..measures import trained
 
 PAPER_DATASETS = ("cifar10", "cifar100", "imagenet")
 # The paper's words and the rule, fixed before any run is read: "improved" is a paired difference below 0 (Table 1
@@ -220,13 +220,9 @@ class Table1(Preset):
             verdict = (f"{wide['model']} (max width {wide['max_width']}) against {base['model']} (max width "
                        f"{base['max_width']}): {100 * wide['mean']:.2f} % against {100 * base['mean']:.2f} %. "
                        + summary(verdicts))
-        checks = doubling(rows, "max_width")
-        check_numbers, check_text = doubling_report(checks)
+        checks, check_numbers, closing, fields = measures.closing(self, rows, scale, verdicts, "max_width", value_note)
         numbers |= check_numbers
-        fields = measures.conclude(self, rows, scale, verdicts, checks, value_note)
-        verdict += check_text + measures.headline(fields)
-        if scale == "smoke":
-            verdict += " (Smoke scale: too short to decide.)"
+        verdict += closing
         tables = {"table1": table} | ({"table1_doubling": checks} if checks else {})
         if any(r.get("model") == "Mixer-B-W" for r in rows):  # the paper's three γ for it, side by side
             numbers |= _bw_numbers()

@@ -64,7 +64,7 @@ from ..rules import ArmRule, Quote, contrast
 from ..stats import format_mean_std, interval_text, mean_std, per_seed_difference, summary
 from ..sweep import RunSpec
 from .. import measures, recipes
-from ..measures import doubling, doubling_report, trained
+from ..measures import trained
 from .table1 import SMALL_PAIRS, _describe, _small_pair
 
 QUOTE = Quote("Sec. 5.3", "Table 1 shows a comparison of MLP-Mixer with a dynamic sparsity β-LASSO (Neyshabur, 2020). "
@@ -199,13 +199,9 @@ class Table1Lasso(Preset):
             a, b = mean_std([r[value] for r in mixer]), mean_std([r[value] for r in lasso_runs])
             verdict = (f"Mixer-SS-W against β-LASSO (λ = {chosen:g}, selected on the validation split): "
                        f"{100 * a['mean']:.2f} % against {100 * b['mean']:.2f} %. " + summary(verdicts))
-        checks = doubling(rows, "lasso")
-        check_numbers, check_text = doubling_report(checks)
+        checks, check_numbers, closing, fields = measures.closing(self, rows, scale, verdicts, "lasso", value_note)
         numbers |= check_numbers
-        fields = measures.conclude(self, rows, scale, verdicts, checks, value_note)
-        verdict += check_text + measures.headline(fields)
-        if scale == "smoke":
-            verdict += " (Smoke scale: too short to decide.)"
+        verdict += closing
         tables = {"table1lasso": table} | ({"table1lasso_doubling": checks} if checks else {})
         data = ", ".join(sorted({str(r.get("dataset")) for r in rows}))
         return Analysis(figures={"table1lasso": _bars(table, chosen, data)}, tables=tables, numbers=numbers,
