@@ -50,12 +50,12 @@ def attach_beta_lasso(optimizer: torch.optim.Optimizer, weights: Sequence[torch.
 
     @torch.no_grad()
     def zero_small(opt, args, kwargs) -> None:
-        if threshold > 0:
-            for w in weights:
-                w.masked_fill_(w.abs() < threshold, 0.0)
+        for w in weights:
+            w.masked_fill_(w.abs() < threshold, 0.0)
 
     optimizer.register_step_pre_hook(add_subgradient)
-    optimizer.register_step_post_hook(zero_small)
+    if threshold > 0:
+        optimizer.register_step_post_hook(zero_small)
 
 
 def kept_fraction(weights: Sequence[torch.Tensor]) -> float:

@@ -22,8 +22,7 @@ What a run trains:
   connections (n·m + 2m² against Ω × mixing layers, :func:`fc_width`): two hidden fully connected layers as
   Neyshabur's S-FC has, with the SW-MLP's LayerNorm and skips for his BatchNorm. β = 50 (Neyshabur's), and two
   penalties λ (:data:`LAMBDAS`, a decade apart: a mild one, and one whose threshold βλ is half the initial weights'
-  scale; a third, 3e-6, kept 98 % of the weights at small scale - plain SGD in effect - and is not worth its
-  runs); the λ whose runs have the lowest mean final *validation* error is the one compared - a choice the Mixer
+  scale); the λ whose runs have the lowest mean final *validation* error is the one compared - a choice the Mixer
   does not get, which can only favour β-LASSO. Optimiser: App. C.4's
   Nesterov SGD (lr 0.02, momentum 0.9, no weight decay: the L1 penalty replaces it), the step Alg. 1 writes plus
   momentum; the classifier is left out of the penalty (it starts at zero). The ``kept`` probe records the fraction
