@@ -225,6 +225,26 @@ def test_csr_linear_matches_dense_masked(n_in, n_out, p, dtype, tol):
         assert rel_err(gv, rw[masked.mask]) < tol
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+def test_csr_linear_runs_in_the_values_dtype_under_bf16_autocast(device):
+    """Under bf16 autocast the CSR products run with autocast off on fp32 operands (MKL has no bf16 CSR product;
+    cuSPARSE refuses fp32 CSR with the bf16 output gradient autocast brings back): forward and backward equal
+    the same products without autocast, given the same bf16 output gradient."""
+    masked, sparse = _pair(40, 30, 0.2, torch.float32)
+    sparse = sparse.to(device)
+    x = torch.randn(8, 40, device=device, requires_grad=True)
+    g = torch.randn(8, 30, device=device).to(torch.bfloat16)
+    with torch.autocast(device, torch.bfloat16):
+        out = sparse(x)
+    got = torch.autograd.grad(out, [x, sparse.values], g.to(out.dtype))
+    ref_out = sparse(x)
+    ref = torch.autograd.grad(ref_out, [x, sparse.values], g.float())
+    assert out.dtype == torch.float32 and torch.equal(out, ref_out)
+    for a, b in zip(got, ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
 def test_csr_linear_matches_coo_product():
     _, sparse = _pair(50, 40, 0.1)
     x = torch.randn(6, 50, dtype=F64, requires_grad=True)

@@ -162,9 +162,16 @@ def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tup
         return torch.sparse_csr_tensor(crow, col, values, shape, check_invariants=False)
 
 
+def _one_dtype(t: torch.Tensor):
+    """Autocast off around the CSR kernels: they take one dtype (cuSPARSE refuses fp32 CSR with a bf16 dense
+    operand, MKL bf16 CSR), so the dense operands are cast to the values' dtype instead."""
+    return torch.autocast(t.device.type, enabled=False)
+
+
 def csr_product(x: torch.Tensor, values: torch.Tensor, pattern: CsrPattern) -> torch.Tensor:
-    """x Wᵀ for W = CSR(pattern, values), x (N, in) -> (N, out): one CSR × dense product."""
-    y = torch.sparse.mm(pattern.matrix(values), x.t().contiguous())  # (out, N); MKL wants a row-major x
+    """x Wᵀ for W = CSR(pattern, values), x (N, in) -> (N, out): one CSR × dense product, in the values' dtype."""
+    with _one_dtype(x):
+        y = torch.sparse.mm(pattern.matrix(values), x.to(values.dtype).t().contiguous())  # (out, N); MKL: row-major x
     return y.t().contiguous()  # (N, out)
 
 
@@ -172,13 +179,14 @@ def csr_gradients(grad: torch.Tensor, x: torch.Tensor, values: torch.Tensor, pat
                   need_values: bool) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The gradients of :func:`csr_product` for the output gradient ``grad`` (N, out): Wᵀ g with the transposed
     pattern, and (g xᵀ) at the kept coordinates only."""
-    g = grad.t().contiguous()  # (out, N)
+    g = grad.to(values.dtype).t().contiguous()  # (out, N); under autocast the output's gradient may be bf16
     grad_x = grad_values = None
-    if need_x:
-        grad_x = torch.sparse.mm(pattern.transposed(values), g).t()  # Wᵀ g: (in, N) -> (N, in)
-    if need_values:
-        zeros = pattern.matrix(values.new_zeros(values.shape))
-        grad_values = torch.sparse.sampled_addmm(zeros, g, x, beta=0.0).values()
+    with _one_dtype(grad):
+        if need_x:
+            grad_x = torch.sparse.mm(pattern.transposed(values), g).t()  # Wᵀ g: (in, N) -> (N, in)
+        if need_values:
+            zeros = pattern.matrix(values.new_zeros(values.shape))
+            grad_values = torch.sparse.sampled_addmm(zeros, g, x.to(values.dtype), beta=0.0).values()
     return grad_x, grad_values
 
 
