@@ -1,5 +1,6 @@
 """The CUDA paths: skipped on a machine without a GPU (CI's), run on one with
-``python -m pytest tests/test_cuda.py`` (docs/performance.md, section h, says where they last ran)."""
+``python -m pytest tests/test_cuda.py`` (docs/performance.md, "Not measured, or left for later", says where they
+last ran)."""
 import copy
 import json
 
