@@ -232,6 +232,7 @@ def _bars(table: list[dict], chosen: float | None, data: str):
                         ha="center", va="bottom", fontsize=7, xytext=(0, 8), textcoords="offset points")
     ax.set_xticks(range(len(table)), [MIXER if r["lasso"] is None else f"{LASSO}\nλ = {r['lasso']:g}"
                                       for r in table], fontsize=8)
+    ax.set_ylim(0, 1.15 * max(100 * (r["test_error_mean"] + (r["test_error_std"] or 0)) for r in table))  # labels
     ax.set_ylabel("test error (%)")
     ax.set_title(f"Table 1: Mixer-SS-W against β-LASSO ({data}); outlined: λ selected on validation", fontsize=9)
     return fig
