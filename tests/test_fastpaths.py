@@ -243,6 +243,12 @@ def test_csr_linear_runs_in_the_values_dtype_under_bf16_autocast(device):
     assert out.dtype == torch.float32 and torch.equal(out, ref_out)
     for a, b in zip(got, ref, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    from pkmixer.layers.sparse import csr_gradients  # a bf16 output gradient, inside autocast, as the bench met it
+    values, pattern = sparse.values.detach().reshape(-1), sparse.csr_pattern()
+    with torch.autocast(device, torch.bfloat16):
+        direct = csr_gradients(g, x.detach(), values, pattern, True, True)
+    for a, b in zip(direct, csr_gradients(g.float(), x.detach(), values, pattern, True, True), strict=True):
+        assert a.dtype == torch.float32 and torch.equal(a, b)
 
 
 def test_csr_linear_matches_coo_product():
