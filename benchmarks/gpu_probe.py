@@ -98,6 +98,52 @@ def gemm(m, k, n, tf32):
     return 2 * m * k * n / t / 1e12
 
 
+# ---- stacked steps: built, graphed, profiled ------------------------------------------------------------------
+
+def stacked_setup(spec, K):
+    """Fig. 5's run ``spec`` stacked K times (structure seeds 0..K-1), its MemberOptimizer and a batch."""
+    models = []
+    for seed in range(K):
+        torch.manual_seed(seed)
+        models.append(build_model(spec.config.override({"model.structure_seed": seed}).model,
+                                  num_classes=10).to(dev).train())
+    st = stack_models(models).train()
+    opt = stack_optimizer(st, spec.config.optim)
+    x = torch.randn(K, spec.config.data.batch_size, 3, 32, 32, device=dev)
+    y = torch.randint(0, 10, (K, spec.config.data.batch_size), device=dev)
+    return st, opt, x, y, torch.ones(K, dtype=torch.bool, device=dev)
+
+
+def graphed(st, opt, x, y, act):
+    """The whole stacked step (forward, backward, the members' SGD, the restore of diverged members) captured
+    as one CUDA graph after 3 warm-up steps on a side stream (torch's whole-network capture); the replay
+    function. The learning rate stays the captured tensor's (no schedule)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            stacked_step(st, opt, x, y, act)
+    torch.cuda.current_stream().wait_stream(side)
+    opt.zero_grad(set_to_none=True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        stacked_step(st, opt, x, y, act)
+    return graph.replay
+
+
+def kernels(fn, steps=3):
+    """GPU kernels (and copies) per call of ``fn`` and their summed device time per call, µs (profiler)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    fn(); sync()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        sync()
+    events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    return len(events) / steps, sum(e.time_range.elapsed_us() for e in events) / steps
+
+
 if "big" in PARTS:
     for fam in ("S-Mixer", "RP S-Mixer"):
         spec = pick(fam, 2**27)
@@ -142,63 +188,9 @@ if "small" in PARTS:
             try_("small-compile-" + mode, compiled)
         def stacked():
             for K in (3, 8):
-                models = []
-                for seed in range(K):
-                    torch.manual_seed(seed)
-                    models.append(build_model(spec.config.override({"model.structure_seed": seed}).model,
-                                              num_classes=10).to(dev).train())
-                st = stack_models(models).train()
-                opt = stack_optimizer(st, spec.config.optim)
-                x = torch.randn(K, 128, 3, 32, 32, device=dev); y = torch.randint(0, 10, (K, 128), device=dev)
-                act = torch.ones(K, dtype=torch.bool, device=dev)
-                out(part="small-stacked", fam=fam, K=K, ms=timed(lambda: stacked_step(st, opt, x, y, act), 5, 20) * 1e3)
+                setup = stacked_setup(spec, K)
+                out(part="small-stacked", fam=fam, K=K, ms=timed(lambda: stacked_step(*setup), 5, 20) * 1e3)
         try_("small-stacked", stacked)
-
-
-# ---- stack: whole stacked steps as CUDA graphs, and several stacks at once ---------------------------------
-
-def stacked_setup(spec, K):
-    """Fig. 5's run ``spec`` stacked K times (structure seeds 0..K-1), its MemberOptimizer and a batch."""
-    models = []
-    for seed in range(K):
-        torch.manual_seed(seed)
-        models.append(build_model(spec.config.override({"model.structure_seed": seed}).model,
-                                  num_classes=10).to(dev).train())
-    st = stack_models(models).train()
-    opt = stack_optimizer(st, spec.config.optim)
-    x = torch.randn(K, spec.config.data.batch_size, 3, 32, 32, device=dev)
-    y = torch.randint(0, 10, (K, spec.config.data.batch_size), device=dev)
-    return st, opt, x, y, torch.ones(K, dtype=torch.bool, device=dev)
-
-
-def graphed(st, opt, x, y, act, stream=None):
-    """The whole stacked step (forward, backward, the members' SGD, the restore of diverged members) captured
-    as one CUDA graph after 3 warm-up steps on a side stream (torch's whole-network capture); the replay
-    function. The learning rate stays the captured tensor's (no schedule)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            stacked_step(st, opt, x, y, act)
-    torch.cuda.current_stream().wait_stream(side)
-    opt.zero_grad(set_to_none=True)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        stacked_step(st, opt, x, y, act)
-    return graph.replay
-
-
-def kernels(fn, steps=3):
-    """GPU kernels (and copies) per call of ``fn`` and their summed device time per call, µs (profiler)."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-    fn(); sync()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            fn()
-        sync()
-    events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
-    return len(events) / steps, sum(e.time_range.elapsed_us() for e in events) / steps
 
 
 if "rpgraphs" in PARTS:
@@ -211,6 +203,7 @@ if "rpgraphs" in PARTS:
         out(part="rpgraphs", eager_ms=eager, graphs_ms=timed(step, 5, 20) * 1e3, compile_s=c,
             graph_breaks=sum(dynamo_utils.counters["graph_break"].values()))
     try_("rpgraphs", rpgraphs)
+
 
 first = pick("S-Mixer", 2**18)
 
