@@ -8,9 +8,10 @@ training FLOPs (torch.utils.flop_counter, forward + backward), and its ratio is 
 model is timed in the same loop beside a copy whose stem is torch's ``nn.Conv2d`` (the peer of the stem's fast path,
 :class:`pkmixer.layers.patch.PatchConv`).
 
-LayerNorm over few channels: torch's kernel against three other formulations (a ``var_mean`` decomposition,
-``group_norm`` with one group per token, ``batch_norm`` of the transposed stream), forward + backward on each grid
-point's (128, S, C) stream, timed round-robin.
+LayerNorm over few channels: torch's kernel against four other formulations (a ``var_mean`` decomposition,
+``group_norm`` with one group per token, ``batch_norm`` of the transposed stream, and a hand-written forward and
+backward over a channel-first (C, B·S) copy of the stream, whose reductions run along contiguous tokens), forward +
+backward on each grid point's (128, S, C) stream, timed round-robin.
 
 Own products: the small CIFAR S-Mixer (S = C = 64, patch 4 on 32 px, 8 blocks, batch 128). Every dense matrix
 product of one training step (mm, addmm, bmm, baddbmm, forward and backward) is recorded with its operands' shapes
@@ -88,9 +89,40 @@ def _batch_norm_of_transpose(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) 
     return torch.addcmul(b, y.t().view_as(x), w)
 
 
+class _ChannelFirstLayerNorm(torch.autograd.Function):
+    """LayerNorm over dim 0 of a channel-first (C, N) stream, the layout a narrow-C Mixer could keep its residual
+    stream in: every reduction and broadcast runs along N, contiguous, instead of along rows of C. Forward and
+    backward by hand, in the fewest eager passes (the backward is LayerNorm's: rstd·(g·w − mean(g·w) −
+    x̂·mean(g·w·x̂)))."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        xc = x - x.mean(0)
+        rstd = (xc * xc).mean(0).add_(1e-6).rsqrt_()
+        xhat = xc.mul_(rstd)
+        ctx.save_for_backward(xhat, rstd, w)
+        return torch.addcmul(b[:, None], xhat, w[:, None])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        xhat, rstd, w = ctx.saved_tensors
+        gw, gb = (grad * xhat).sum(1), grad.sum(1)
+        gx = grad * w[:, None]
+        mean_g, mean_gx = gx.mean(0), (gx * xhat).mean(0)
+        return gx.sub_(mean_g).sub_(xhat * mean_gx).mul_(rstd), gw, gb
+
+
+def channel_first(x: torch.Tensor) -> torch.Tensor:
+    """(B, S, C) -> (C, B·S), contiguous: the stream as a channel-first Mixer would hold it."""
+    return x.detach().reshape(-1, x.shape[-1]).t().contiguous().requires_grad_()
+
+
 LAYER_NORMS = {"native": lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-6),
                "var_mean": _decomposed_layer_norm, "group_norm": _group_norm,
-               "batch_norm of the transpose": _batch_norm_of_transpose}
+               "batch_norm of the transpose": _batch_norm_of_transpose,
+               "channel-first (C, B·S)": _ChannelFirstLayerNorm.apply}
+# the layout each formulation reads its stream and gradient in, made before timing (identity: the (B, S, C) stream)
+LAYOUTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"channel-first (C, B·S)": channel_first}
 
 
 def layer_norm_rows(settings: Settings, pairs: list[tuple[int, int]], batch: int) -> list[dict]:
@@ -104,9 +136,11 @@ def layer_norm_rows(settings: Settings, pairs: list[tuple[int, int]], batch: int
         b = torch.randn(C, generator=g).to(settings.torch_device).requires_grad_()
         grad = torch.randn(batch, S, C, generator=g).to(settings.torch_device)
 
-        def case(f: Callable) -> Callable[[], None]:
-            return lambda: f(x, w, b).backward(grad)
-        t = interleaved({name: case(f) for name, f in LAYER_NORMS.items()}, settings,
+        def case(name: str) -> Callable[[], None]:
+            layout = LAYOUTS.get(name)
+            xs, gs = (x, grad) if layout is None else (layout(x), layout(grad))
+            return lambda: LAYER_NORMS[name](xs, w, b).backward(gs)
+        t = interleaved({name: case(name) for name in LAYER_NORMS}, settings,
                         repeats=max(settings.repeats, 10))
         rows.append({"C": C, "S": S, "batch": batch, "times": {k: v.as_dict() for k, v in t.items()},
                      "vs_native": {k: ratio(v.median_s, t["native"].median_s) for k, v in t.items()}})

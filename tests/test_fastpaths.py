@@ -391,6 +391,32 @@ def test_benchmark_smoke_run_writes_its_json(tmp_path, sections):
     assert bench.main(again) == 2  # never overwrites
 
 
+@pytest.mark.parametrize("C, S", [(8, 87), (87, 8)])
+def test_section_n_layer_norm_formulations_equal_torchs(C, S):
+    """Every LayerNorm formulation section n times is torch's LayerNorm (values and the three gradients), each read
+    in its own layout: a timing of one that computed something else would compare nothing."""
+    sys.path.insert(0, ROOT)
+    try:
+        from benchmarks.narrow import LAYER_NORMS, LAYOUTS
+    finally:
+        sys.path.remove(ROOT)
+    g = torch.Generator().manual_seed(0)
+    x, grad = torch.randn(4, S, C, generator=g, dtype=torch.float64), torch.randn(4, S, C, generator=g, dtype=torch.float64)
+    w, b = torch.randn(C, generator=g, dtype=torch.float64), torch.randn(C, generator=g, dtype=torch.float64)
+    ref = None
+    for name, f in LAYER_NORMS.items():
+        layout = LAYOUTS.get(name, lambda t: t.detach().clone().requires_grad_())
+        xs, gs = layout(x), layout(grad)
+        ws, bs = w.clone().requires_grad_(), b.clone().requires_grad_()
+        y = f(xs, ws, bs)
+        y.backward(gs)
+        back = (lambda t: t) if name not in LAYOUTS else (lambda t: t.t().reshape(x.shape))
+        got = (back(y), back(xs.grad), ws.grad, bs.grad)
+        ref = got if ref is None else ref
+        for a, r in zip(got, ref):
+            assert rel_err(a, r) < 1e-12, name
+
+
 @pytest.mark.slow  # a process that imports torch and pkmixer
 def test_benchmark_memory_probe_runs_in_a_subprocess():
     spec = {"model": "swmlp", "options": {"img_size": 8, "patch_size": 4, "embed_dim": 16, "density": 0.25,
