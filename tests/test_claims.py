@@ -325,3 +325,52 @@ def test_docs_are_generated_from_the_records_alone(tmp_path):
     assert "supported" in row and "not run yet" not in row.split(" | ")[4]
     assert (tmp_path / "docs" / "figures" / "fig2d_medium.png").is_file()
     assert "This verdict rests on one data set: Fashion-MNIST." in after
+
+
+def test_a_longer_budget_keeps_its_own_records_and_the_docs_show_its_outcome(tmp_path):
+    """A sweep at --epochs N writes to <preset>-medium-e<N>-<dataset>/, never over the scale's own records, and the
+    generated docs add that budget's outcome, device and figure beside the scale's own verdict."""
+    from pkmixer.experiments.reproduce import with_epochs
+
+    preset, folder = get_preset("fig2d"), tmp_path / "reproduction"
+    specs = preset.runs("medium", None)
+    monarch_better = _rows(specs, lambda meta: 0.10 if meta["model"] == "Monarch" else 0.101)
+    own = records.write_records(folder, specs, monarch_better, preset="fig2d", scale="medium",
+                                dataset="fashion-mnist", rules=preset.rules_hash())
+    longer = with_epochs(specs, 30, "fig2d")
+    apart = [{**r, "environment": {"device": "cuda:0 (NVIDIA H200)"}}
+             for r in _rows(longer, lambda meta: 0.08 if meta["model"] == "Monarch" else 0.12)]
+    written = records.write_records(folder, longer, apart, preset="fig2d", scale="medium", dataset="fashion-mnist",
+                                    rules=preset.rules_hash(), epochs=30)
+    assert {p.parent.name for p in own} == {"fig2d-medium-fashion-mnist"}
+    assert {p.parent.name for p in written} == {"fig2d-medium-e30-fashion-mnist"} and len(written) == len(specs)
+    epochs = {s.name: s.config.schedule.epochs for s in specs}
+    assert all(json.loads(p.read_text())["row"]["epochs"] == epochs[p.stem] for p in own)  # not replaced
+    assert records.budgets(folder, "fig2d", "medium", "fashion-mnist") == [30]
+    text = docs.generate(folder, tmp_path, write_figures=True)
+    row = next(line for line in text.splitlines() if line.startswith("| fig2d |"))
+    assert row.split(" | ")[4].startswith("supported")  # the scale's own verdict stays the table's decision
+    assert "at 30 epochs (cuda:0 (NVIDIA H200)): contradicted" in row
+    assert "*At 30 epochs* (12 runs recorded in reproduction/fig2d-medium-e30-fashion-mnist/, trained on cuda:0 " \
+           "(NVIDIA H200)): *contradicted" in text
+    assert (tmp_path / "docs" / "figures" / "fig2d_medium_e30.png").is_file()
+    for p in written[3:]:
+        p.unlink()  # an unfinished longer sweep: counted, no verdict
+    partial = docs.generate(folder, tmp_path)
+    assert "*At 30 epochs:* 3 of 12 runs recorded" in partial and "at 30 epochs (" not in partial
+
+
+def test_reproduce_with_epochs_records_into_its_budgets_folder(tmp_path, monkeypatch):
+    """`pkmixer reproduce NAME --scale medium --epochs N` hands its records the budget (the sweep itself faked)."""
+    from pkmixer.experiments import reproduce as rp
+
+    def fake_sweep(specs, sweep_dir, on_row=None, **kw):
+        rows = _rows(specs, lambda meta: 0.10)
+        for spec, row in zip(specs, rows):
+            on_row(spec, row)
+        return rows
+
+    monkeypatch.setattr(rp, "run_sweep", fake_sweep)
+    rp.reproduce("fig2d", scale="medium", backend="ray", epochs=30, out=tmp_path / "sweep",
+                 records=tmp_path / "reproduction", log=lambda line: None)
+    assert [p.name for p in (tmp_path / "reproduction").iterdir()] == ["fig2d-medium-e30-fashion-mnist"]

@@ -7,15 +7,20 @@ on, whether the medium design reaches the claim's regime (checked from its confi
 its interval, the decision, the convergence evidence - and a section with the design, the regime check, the rules
 and, once its runs are recorded, the report's verdict table and figure (``docs/figures/<preset>_medium.png``). A
 preset whose runs are not all recorded says so ("not run yet under this design"), unless its outcome is known
-without them: out of regime, or not testable here.
+without them: out of regime, or not testable here. Where the records also hold the preset's sweep at another budget
+(``pkmixer reproduce NAME --scale medium --epochs N``, kept in ``<preset>-medium-e<N>-<dataset>/``), the section
+adds that budget's outcome, the device it trained on, its verdict table and figure
+(``docs/figures/<preset>_medium_e<N>.png``), and the table's convergence cell its outcome: whether a verdict changes
+with the training length.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import ConfigError
 from ..figures import save_figure
 from .preset import Preset, list_presets
-from .records import load_records, rows_for
+from .records import budgets, folder_name, load_records, rows_for
 from .rules import NOT_TESTABLE, OUT_OF_REGIME, Quote
 from .stats import Rule
 
@@ -52,8 +57,53 @@ def _estimate(verdicts: list) -> str:
     return "; ".join(parts) or "-"
 
 
-def preset_block(preset: Preset, records: dict, root: Path, write_figures: bool) -> tuple[str, str]:
-    """(the verdict table's row, the preset's section) for ``preset`` at medium scale."""
+def _figure(analysis, name: str, alt: str, root: Path, write_figures: bool) -> list[str]:
+    """The Markdown of the analysis's first figure, saved as docs/figures/<name>.png when ``write_figures``."""
+    if not analysis.figures:
+        return []
+    figure = next(iter(analysis.figures.values()))
+    target = FIGURES / f"{name}.png"
+    if write_figures:
+        save_figure(figure, root / target)
+    return [f"![{alt}](figures/{target.name})", ""]
+
+
+def _decision(analysis) -> str:
+    return analysis.outcome + (f" ({analysis.reason})" if analysis.reason else "")
+
+
+def longer_budgets(preset: Preset, specs: list, records: dict, folder: Path | None, dataset: str, root: Path,
+                   write_figures: bool) -> tuple[list[str], list[str]]:
+    """(the convergence cell's additions, the section's lines) for each other budget the records hold."""
+    from .reproduce import with_epochs
+    from .report import verdict_table
+
+    cells, lines = [], []
+    for n in budgets(folder, preset.name, "medium", dataset):
+        try:
+            longer = with_epochs(specs, n, preset.name)
+        except ConfigError:  # a preset that varies its epochs has no other budget
+            continue
+        rows = rows_for(longer, records)
+        sub = folder_name(preset.name, "medium", dataset, n)
+        if len(rows) < len(longer):
+            lines += [f"*At {n} epochs:* {len(rows)} of {len(longer)} runs recorded in reproduction/{sub}/; no "
+                      "verdict yet.", ""]
+            continue
+        analysis = preset.analyze(rows, root / "results" / f"{preset.name}-medium-e{n}", "medium")
+        devices = ", ".join(sorted({str(r.get("environment", {}).get("device", "unknown")) for r in rows}))
+        cells.append(f"at {n} epochs ({devices}): {analysis.outcome}")
+        lines += [f"*At {n} epochs* ({len(rows)} runs recorded in reproduction/{sub}/, trained on {devices}): "
+                  f"*{_decision(analysis)}.*", ""] + verdict_table(analysis.verdicts) + [""]
+        lines += _figure(analysis, f"{preset.name}_medium_e{n}", f"{preset.name} at medium scale, {n} epochs", root,
+                         write_figures)
+    return cells, lines
+
+
+def preset_block(preset: Preset, records: dict, root: Path, write_figures: bool,
+                 folder: Path | None = None) -> tuple[str, str]:
+    """(the verdict table's row, the preset's section) for ``preset`` at medium scale; ``folder``: where the
+    records lie, for the other budgets it holds."""
     from . import recipes
 
     dataset = preset.default_dataset("medium")
@@ -68,7 +118,7 @@ def preset_block(preset: Preset, records: dict, root: Path, write_figures: bool)
     regime = "reached" if check.reached else f"not reached: {check.reason()}"
     analysis = preset.analyze(rows, root / "results" / f"{preset.name}-medium", "medium") if complete else None
     if analysis is not None:
-        decision = analysis.outcome + (f" ({analysis.reason})" if analysis.reason else "")
+        decision = _decision(analysis)
         estimate = _estimate(analysis.verdicts)
         checks = next((str(v) for k, v in analysis.numbers.items() if k.startswith("epoch doubling")),
                       "no epoch-doubling check")
@@ -80,6 +130,8 @@ def preset_block(preset: Preset, records: dict, root: Path, write_figures: bool)
             decision = f"{NOT_TESTABLE} ({preset.untestable_reason})"
         else:
             decision = f"{NOT_RUN} ({len(rows)} of {len(specs)} runs recorded)"
+    longer_cells, longer_lines = longer_budgets(preset, specs, records, folder, dataset, root, write_figures)
+    checks = "; ".join(c for c in ([checks] if checks != "-" or not longer_cells else []) + longer_cells)
     row = "| " + " | ".join(_cell(c) for c in (preset.name, quoted, regime, estimate, decision, checks)) + " |"
     lines = [f"### {preset.name} at medium scale", "",
              f"`pkmixer reproduce {preset.name} --scale medium` - {len(specs)} runs of "
@@ -98,15 +150,10 @@ def preset_block(preset: Preset, records: dict, root: Path, write_figures: bool)
         from .report import verdict_table
 
         lines += [f"*Outcome: {decision}.* {analysis.data_set}", ""] + verdict_table(analysis.verdicts)
-        if analysis.figures:
-            stem, figure = next(iter(analysis.figures.items()))
-            target = FIGURES / f"{preset.name}_medium.png"
-            if write_figures:
-                save_figure(figure, root / target)
-            lines += [f"![{preset.name} at medium scale](figures/{target.name})", ""]
+        lines += _figure(analysis, f"{preset.name}_medium", f"{preset.name} at medium scale", root, write_figures)
     else:
         lines += [f"*Outcome:* {decision}.", ""]
-    return row, "\n".join(lines)
+    return row, "\n".join(lines + longer_lines)
 
 
 def generate(records_folder: Path | None, root: Path, write_figures: bool = False) -> str:
@@ -116,7 +163,7 @@ def generate(records_folder: Path | None, root: Path, write_figures: bool = Fals
     for preset in list_presets():
         if "medium" not in preset.scales:
             continue
-        row, section = preset_block(preset, records, root, write_figures)
+        row, section = preset_block(preset, records, root, write_figures, records_folder)
         rows.append(row)
         sections.append(section)
     table = ["| preset | the paper's words | regime | estimate [interval] | decision | convergence |",

@@ -12,7 +12,9 @@ they do not hold (:func:`split_held`), so that a sweep on another machine skips 
 records of the runs it finished at medium scale (:func:`write_records`). ``pkmixer reproduce --docs`` regenerates
 docs/reproduction.md's verdicts from them alone (:mod:`pkmixer.experiments.docs`).
 
-Layout: ``reproduction/<preset>-<scale>-<dataset>/<run name>.json``. The folder is found beside the source tree
+Layout: ``reproduction/<preset>-<scale>-<dataset>/<run name>.json``; a sweep at another budget (``pkmixer reproduce
+--epochs N``, the longer-budget check on a GPU say) keeps its records apart, in ``<preset>-<scale>-e<N>-<dataset>/``
+(:func:`folder_name`), so that they never replace the scale's own. The folder is found beside the source tree
 (:func:`records_dir`), or where ``PKMIXER_RECORDS`` points.
 """
 from __future__ import annotations
@@ -43,6 +45,25 @@ def run_key(spec: RunSpec) -> str:
     """What identifies a run's result: its config without the keys that do not change it, and its probes."""
     text = json.dumps({"config": _normalized(spec.config), "probes": sorted(spec.probes)}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def folder_name(preset: str, scale: str, dataset: str | None, epochs: int | None = None) -> str:
+    """The records' sub-folder of a sweep: ``<preset>-<scale>[-e<N>]-<dataset>``."""
+    return "-".join([preset, scale, *([f"e{epochs}"] if epochs else []), str(dataset)])
+
+
+def budgets(folder: Path | None, preset: str, scale: str, dataset: str | None) -> list[int]:
+    """The other budgets N that ``folder`` holds records of for this preset, scale and data set (the ``-e<N>``
+    sub-folders), ascending."""
+    if folder is None or not folder.is_dir():
+        return []
+    head, tail = f"{preset}-{scale}-e", f"-{dataset}"
+    found = []
+    for sub in folder.iterdir():
+        middle = sub.name[len(head):len(sub.name) - len(tail)]
+        if sub.is_dir() and sub.name.startswith(head) and sub.name.endswith(tail) and middle.isdigit():
+            found.append(int(middle))
+    return sorted(found)
 
 
 def load_records(folder: Path | None) -> dict[str, dict]:
@@ -80,11 +101,12 @@ def record_of(spec: RunSpec, row: dict, *, preset: str, scale: str, rules: str) 
 
 
 def write_records(folder: Path, specs: Sequence[RunSpec], rows: Sequence[dict], *, preset: str, scale: str,
-                  dataset: str | None, rules: str) -> list[Path]:
-    """Write the record of every finished (or diverged) run of ``rows`` that is not already a record; returns the
-    files written."""
+                  dataset: str | None, rules: str, epochs: int | None = None) -> list[Path]:
+    """Write the record of every finished (or diverged) run of ``rows`` that is not already a record, into the
+    sweep's sub-folder (:func:`folder_name`; ``epochs``: the budget that replaced the scale's own); returns the files
+    written."""
     by_name = {s.name: s for s in specs}
-    sub = folder / f"{preset}-{scale}-{dataset}"
+    sub = folder / folder_name(preset, scale, dataset, epochs)
     written = []
     for row in rows:
         spec = by_name.get(row["run"])

@@ -132,7 +132,7 @@ def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, da
 
     def record(spec: RunSpec, row: dict) -> None:  # as each run ends: a sweep killed later keeps it
         written.extend(write_records(folder, [spec], [row], preset=name, scale=scale, dataset=dataset,
-                                     rules=preset.rules_hash()))
+                                     rules=preset.rules_hash(), epochs=epochs))
 
     ran = run_sweep(todo, sweep_dir, backend=backend, workers=workers, address=address, progress=progress,
                     log=log, threads=threads, info=info, stack=stack,
@@ -142,7 +142,7 @@ def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, da
     if keep and ran:  # runs that ended before this call (a resumed sweep) are recorded here
         done = {path.stem for path in written}
         written += write_records(folder, todo, [r for r in ran if r["run"] not in done], preset=name, scale=scale,
-                                 dataset=dataset, rules=preset.rules_hash())
+                                 dataset=dataset, rules=preset.rules_hash(), epochs=epochs)
         if written:
             log(f"records: {len(written)} runs written to {folder}")
     left = unfinished(rows)
