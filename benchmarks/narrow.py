@@ -114,7 +114,7 @@ class _ChannelFirstLayerNorm(torch.autograd.Function):
 
 def channel_first(x: torch.Tensor) -> torch.Tensor:
     """(B, S, C) -> (C, B·S), contiguous: the stream as a channel-first Mixer would hold it."""
-    return x.detach().reshape(-1, x.shape[-1]).t().contiguous().requires_grad_()
+    return x.detach().reshape(-1, x.shape[-1]).t().contiguous()
 
 
 LAYER_NORMS = {"native": lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-6),
@@ -138,7 +138,7 @@ def layer_norm_rows(settings: Settings, pairs: list[tuple[int, int]], batch: int
 
         def case(name: str) -> Callable[[], None]:
             layout = LAYOUTS.get(name)
-            xs, gs = (x, grad) if layout is None else (layout(x), layout(grad))
+            xs, gs = (x, grad) if layout is None else (layout(x).requires_grad_(), layout(grad))
             return lambda: LAYER_NORMS[name](xs, w, b).backward(gs)
         t = interleaved({name: case(name) for name in LAYER_NORMS}, settings,
                         repeats=max(settings.repeats, 10))

@@ -401,12 +401,12 @@ def test_section_n_layer_norm_formulations_equal_torchs(C, S):
     finally:
         sys.path.remove(ROOT)
     g = torch.Generator().manual_seed(0)
-    x, grad = torch.randn(4, S, C, generator=g, dtype=torch.float64), torch.randn(4, S, C, generator=g, dtype=torch.float64)
-    w, b = torch.randn(C, generator=g, dtype=torch.float64), torch.randn(C, generator=g, dtype=torch.float64)
+    x, grad, w, b = (torch.randn(*shape, generator=g, dtype=torch.float64) for shape in
+                     ((4, S, C), (4, S, C), (C,), (C,)))
     ref = None
     for name, f in LAYER_NORMS.items():
-        layout = LAYOUTS.get(name, lambda t: t.detach().clone().requires_grad_())
-        xs, gs = layout(x), layout(grad)
+        layout = LAYOUTS.get(name, lambda t: t.detach().clone())
+        xs, gs = layout(x).requires_grad_(), layout(grad)
         ws, bs = w.clone().requires_grad_(), b.clone().requires_grad_()
         y = f(xs, ws, bs)
         y.backward(gs)

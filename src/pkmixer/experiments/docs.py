@@ -131,7 +131,8 @@ def preset_block(preset: Preset, records: dict, root: Path, write_figures: bool,
         else:
             decision = f"{NOT_RUN} ({len(rows)} of {len(specs)} runs recorded)"
     longer_cells, longer_lines = longer_budgets(preset, specs, records, folder, dataset, root, write_figures)
-    checks = "; ".join(c for c in ([checks] if checks != "-" or not longer_cells else []) + longer_cells)
+    if longer_cells:
+        checks = "; ".join(([] if checks == "-" else [checks]) + longer_cells)
     row = "| " + " | ".join(_cell(c) for c in (preset.name, quoted, regime, estimate, decision, checks)) + " |"
     lines = [f"### {preset.name} at medium scale", "",
              f"`pkmixer reproduce {preset.name} --scale medium` - {len(specs)} runs of "
