@@ -68,6 +68,16 @@ def _figure(analysis, name: str, alt: str, root: Path, write_figures: bool) -> l
     return [f"![{alt}](figures/{target.name})", ""]
 
 
+def _wall(rows: list[dict]) -> str:
+    """What the recorded runs took: their wall times summed, and halved for two runs at a time (the estimate's
+    setting) - measured on whatever else shared the recording machine's cores."""
+    seconds = sum(r.get("wall_time") or 0.0 for r in rows)
+    if not seconds:
+        return ""
+    return (f", whose wall times add up to {seconds / 3600:.1f} h ({seconds / 7200:.1f} h two at a time, as "
+            "recorded, beside whatever else ran on those cores)")
+
+
 def _decision(analysis) -> str:
     return analysis.outcome + (f" ({analysis.reason})" if analysis.reason else "")
 
@@ -139,7 +149,7 @@ def preset_block(preset: Preset, records: dict, root: Path, write_figures: bool,
              f"{'/'.join(map(str, epochs))} epochs on {dataset}"
              + (f", estimated {hours:.1f} h on 2 cores from the per-epoch times of recipes.RUN_EPOCH_SECONDS"
                 f"{' (over the 2-hour budget)' if hours > recipes.BUDGET_HOURS + 0.05 else ''}" if hours else "")
-             + f"; {len(rows)} of them recorded in reproduction/.", ""]
+             + f"; {len(rows)} of them recorded in reproduction/{_wall(rows)}.", ""]
     lines += ["*The paper's words:*", ""] + [f"- {q}" for q in quotes] + [""]
     lines += ["*Regime* (from the run configs, before training):", "", *check.lines(), ""]
     texts = _rule_texts(preset)
