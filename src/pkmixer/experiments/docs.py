@@ -90,6 +90,7 @@ def longer_budgets(preset: Preset, specs: list, records: dict, folder: Path | No
 
     cells, lines = [], []
     for n in budgets(folder, preset.name, "medium", dataset):
+        at = f"{n} epoch{'s' * (n != 1)}"
         try:
             longer = with_epochs(specs, n, preset.name)
         except ConfigError:  # a preset that varies its epochs has no other budget
@@ -97,15 +98,15 @@ def longer_budgets(preset: Preset, specs: list, records: dict, folder: Path | No
         rows = rows_for(longer, records)
         sub = folder_name(preset.name, "medium", dataset, n)
         if len(rows) < len(longer):
-            lines += [f"*At {n} epochs:* {len(rows)} of {len(longer)} runs recorded in reproduction/{sub}/; no "
+            lines += [f"*At {at}:* {len(rows)} of {len(longer)} runs recorded in reproduction/{sub}/; no "
                       "verdict yet.", ""]
             continue
         analysis = preset.analyze(rows, root / "results" / f"{preset.name}-medium-e{n}", "medium")
         devices = ", ".join(sorted({str(r.get("environment", {}).get("device", "unknown")) for r in rows}))
-        cells.append(f"at {n} epochs ({devices}): {analysis.outcome}")
-        lines += [f"*At {n} epochs* ({len(rows)} runs recorded in reproduction/{sub}/, trained on {devices}): "
+        cells.append(f"at {at} ({devices}): {analysis.outcome}")
+        lines += [f"*At {at}* ({len(rows)} runs recorded in reproduction/{sub}/, trained on {devices}): "
                   f"*{_decision(analysis)}.*", ""] + verdict_table(analysis.verdicts) + [""]
-        lines += _figure(analysis, f"{preset.name}_medium_e{n}", f"{preset.name} at medium scale, {n} epochs", root,
+        lines += _figure(analysis, f"{preset.name}_medium_e{n}", f"{preset.name} at medium scale, {at}", root,
                          write_figures)
     return cells, lines
 
