@@ -48,8 +48,9 @@ def run_key(spec: RunSpec) -> str:
 
 
 def folder_name(preset: str, scale: str, dataset: str | None, epochs: int | None = None) -> str:
-    """The records' sub-folder of a sweep: ``<preset>-<scale>[-e<N>]-<dataset>``."""
-    return "-".join([preset, scale, *([f"e{epochs}"] if epochs else []), str(dataset)])
+    """A sweep's name, ``<preset>-<scale>[-e<N>][-<dataset>]``: its records' sub-folder, and its default output
+    folder under results/."""
+    return "-".join(str(p) for p in (preset, scale, epochs and f"e{epochs}", dataset) if p)
 
 
 def budgets(folder: Path | None, preset: str, scale: str, dataset: str | None) -> list[int]:

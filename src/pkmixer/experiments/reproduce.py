@@ -16,14 +16,14 @@ from typing import Any
 from ..errors import ConfigError
 from .preset import Preset, get_preset, seeds_in
 from .report import write_report
-from .records import load_records, records_dir, split_held, write_records
+from .records import folder_name, load_records, records_dir, split_held, write_records
 from .sweep import BACKENDS, RunSpec, load_rows, read_sweep, run_sweep, unfinished
 
 ALWAYS_THERE = ("digits", "synthetic")  # generated or bundled: nothing to look for
 
 
 def default_out(name: str, scale: str, dataset: str | None, epochs: int | None = None) -> Path:
-    return Path("results") / "-".join(str(p) for p in (name, scale, epochs and f"e{epochs}", dataset) if p)
+    return Path("results") / folder_name(name, scale, dataset, epochs)
 
 
 def _available(dataset: str, data_dir: str | None) -> Path | None:
