@@ -7,17 +7,28 @@ import pytest
 
 from pkmixer.experiments import get_preset
 
-# preset -> runs, training images, test images (None: all 10 000), epochs, AutoAugment
-MEDIUM = {"figs6": (50, 10_000, None, 60, None), "figs7": (50, 2000, 2000, 50, "cifar10"),
-          "figs8": (10, 10_000, None, 40, "cifar10")}
+# preset -> runs (without the epoch-doubling ones), training images, test images (None: all 10 000), epochs,
+# AutoAugment, epoch-doubling runs
+MEDIUM = {"figs6": (50, 10_000, None, 60, None, 0), "figs7": (50, 2000, 2000, 50, "cifar10", 2),
+          "figs8": (10, 10_000, None, 40, "cifar10", 0)}
 
 
 @pytest.mark.parametrize("name", sorted(MEDIUM))
 def test_medium_trains_small_models_long_on_a_subset(name):
     preset = get_preset(name)
-    count, train, test, epochs, augment = MEDIUM[name]
-    specs = preset.runs("medium", None)
-    assert len(specs) == count and len({s.name for s in specs}) == count
+    count, train, test, epochs, augment, doubles = MEDIUM[name]
+    everything = preset.runs("medium", None)
+    specs = [s for s in everything if not s.meta.get("doubles")]
+    assert len(specs) == count and len({s.name for s in everything}) == count + doubles
+    doubled = [s for s in everything if s.meta.get("doubles")]
+    assert len(doubled) == doubles
+    originals = {s.name: s for s in specs}
+    for spec in doubled:  # seed 0's pair at the largest C, twice the epochs, otherwise the same run
+        base = originals[spec.meta["doubles"]]
+        assert base.meta["seed"] == 0 and base.meta["C"] == max(s.meta["C"] for s in specs)
+        assert spec.config.schedule.epochs == 2 * epochs
+        assert spec.config.override({"schedule.epochs": epochs}) == base.config
+    assert len({s.meta["model"] for s in doubled}) == doubles
     for point in {(s.meta["model"], s.meta["C"]) for s in specs}:  # every point on the same five seeds
         assert sorted(s.meta["seed"] for s in specs if (s.meta["model"], s.meta["C"]) == point) == [0, 1, 2, 3, 4]
     for spec in specs:
@@ -30,7 +41,7 @@ def test_medium_trains_small_models_long_on_a_subset(name):
     assert all(small[s.name] == s.config.model for s in specs if s.name in small)  # small's models
     assert {s.meta["model"] for s in specs} == {s.meta["model"] for s in preset.runs("small", None)}
     digits = preset.runs("medium", "digits")  # the fallback: all 1 438 digits, no subset
-    assert len(digits) == count and {s.config.data.train_subset for s in digits} == {None}
+    assert len(digits) == count + doubles and {s.config.data.train_subset for s in digits} == {None}
 
 
 def test_figs6_and_figs7_medium_share_the_pairs():
@@ -89,7 +100,25 @@ def test_figs7_rules_decide_at_medium_scale():
     good = _figs7(-0.05, 0.1)
     assert _decisions(good) == ["supported", "supported"] and good.supported is True
     assert good.verdicts[0].estimate == pytest.approx(-0.05)
+    assert good.outcome == "supported" and "left the sign of every checked statistic" in good.verdict
     assert _decisions(_figs7(0.05, -0.1)) == ["contradicted", "contradicted"]
+
+
+def test_figs7_is_not_converged_when_doubling_flips_a_part():
+    """The epoch-doubling runs (seed 0's pair at the largest C) decide "not converged" when a part's statistic
+    changes sign; the verdicts' parts leave them out."""
+    def flipping(row, epochs):  # twice as long, the RP model's training loss ends below the normal one's
+        gap = -0.1 if row.get("doubles") else 0.1
+        rp = row["model"] == "RP MLP-Mixer"
+        return [{"test_loss": 0.45 + rp * -0.05 + (epochs - e) / epochs + 0.002 * row["seed"],
+                 "train_loss": 0.2 + rp * gap + (epochs - e) / epochs + 0.002 * row["seed"], "test_error": 0.15}
+                for e in range(1, epochs + 1)]
+
+    analysis = get_preset("figs7").analyze(_rows("figs7", flipping), None, "medium")
+    assert _decisions(analysis) == ["supported", "supported"]  # the parts, on the runs as trained
+    assert analysis.outcome == "not converged" and "final training loss(RP)" in analysis.reason
+    assert "final test loss(RP)" not in analysis.reason and "changed the sign of 1 of the 2" in analysis.verdict
+
 
 
 def _figs8(rp_end, rp_slope):

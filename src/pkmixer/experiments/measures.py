@@ -12,7 +12,9 @@
 * :func:`error_plot` - mean test error ± std over seeds against a swept quantity, one line per family.
 * :func:`trained`, :func:`doubling`, :func:`doubling_report`, :func:`convergence` - medium scale's epoch-doubling
   check (:func:`pkmixer.experiments.recipes.doubled_ends`): the runs the verdicts read, each doubled run
-  against its original on the validation-selected test error, and whether the claim is "not converged".
+  against its original on the validation-selected test error, and whether the claim is "not converged";
+  :func:`sign_doubling`, :func:`sign_doubling_report` - the same check for claims about where loss curves end
+  (Figs. S.6, S.7): each part's statistic on seed 0's runs and on their doubled copies keeps its sign.
 * :func:`decided_value`, :func:`selected_or_final`, :func:`sampling_error`, :func:`one_data_set`,
   :func:`val_overfitting` - the error a verdict reads (final or validation-selected), the binomial test-set error
   printed beside a seed interval, the data-set sentence of every report, overfitting measured from the epoch the
@@ -89,13 +91,42 @@ def doubling_report(checks: Sequence[dict]) -> tuple[dict[str, str], str]:
         f"checked points by {100 * CONVERGED:g} points or more ({', '.join(c['run'] for c in moved)}).")
 
 
+def sign_doubling(parts: Sequence[tuple[str, float | None, float | None]], digits: int = 4) -> list[dict]:
+    """The epoch-doubling check of a claim about where loss curves end: ``parts`` are (part, its statistic on
+    seed 0's runs, the same statistic on their epoch-doubled copies); a part is converged when the doubled
+    statistic has the same sign - the longer run tells the same story. Parts with a missing value are left out."""
+    out = []
+    for label, base, doubled in parts:
+        if base is None or doubled is None:
+            continue
+        out.append({"run": label, "value": base, "value_doubled": doubled, "change": doubled - base,
+                    "converged": bool(np.sign(base) == np.sign(doubled) and base != 0),
+                    "text": f"{label}: {base:+.{digits}f} -> {doubled:+.{digits}f}",
+                    "moved": f"{label} changed sign when the epochs were doubled ({base:+.{digits}f} -> "
+                             f"{doubled:+.{digits}f})"})
+    return out
+
+
+def sign_doubling_report(checks: Sequence[dict]) -> tuple[dict[str, str], str]:
+    """:func:`doubling_report` for :func:`sign_doubling`'s checks."""
+    if not checks:
+        return {}, ""
+    number = {"epoch doubling (seed 0's statistics, as trained -> doubled)": "; ".join(c["text"] for c in checks)}
+    moved = [c for c in checks if not c["converged"]]
+    if not moved:
+        return number, " Convergence: doubling the epochs of seed 0's runs left the sign of every checked statistic."
+    return number, (f" Not converged: doubling the epochs of seed 0's runs changed the sign of {len(moved)} of the "
+                    f"{len(checks)} checked statistics ({', '.join(c['run'] for c in moved)}).")
+
+
 def convergence(checks: Sequence[dict]) -> tuple[bool | None, str]:
-    """(converged, where not): None without checks, False when a checked point moved by :data:`CONVERGED` or more."""
+    """(converged, where not): None without checks, False when a checked point moved by :data:`CONVERGED` or more
+    (or, for :func:`sign_doubling`'s checks, changed sign)."""
     if not checks:
         return None, ""
     moved = [c for c in checks if not c["converged"]]
-    return not moved, "; ".join(f"{c['run']} moved {100 * c['change']:+.2f} points when its epochs were doubled"
-                                for c in moved)
+    return not moved, "; ".join(c.get("moved") or f"{c['run']} moved {100 * c['change']:+.2f} points when its "
+                                f"epochs were doubled" for c in moved)
 
 
 def decided_value(rows: Sequence[dict], preferred: str) -> tuple[str, str]:

@@ -31,8 +31,8 @@ Scales:
   gives the same pairs): C = 16, 32, 64, 114, 173 with S = 173, 113, 64, 32, 16; 8 blocks, Nesterov SGD lr 0.1,
   600 epochs, 5 seeds; S.6 with App. C.4's batch 128, crop and flip; S.7 with batch 256 and AutoAugment. Ω is
   not stated in D.7: it is the Ω whose C.4 pairs end in (173, 16). 50 runs each.
-* ``medium`` - small's models with :func:`.recipes.medium` (AdamW, batch 128), 5 seeds: 50 runs each, on a
-  training subset trained long - a departure from medium scale's whole training set, since the claims need the
+* ``medium`` - small's models with :func:`.recipes.medium` (AdamW, batch 128), 5 seeds: 50 runs each (S.7: and 2
+  for the epoch-doubling check below), on a training subset trained long - a departure from medium scale's whole training set, since the claims need the
   overfitting regime of the paper's 600 epochs (the evidence: docs/reproduction.md). S.6: 10 000 Fashion-MNIST
   images (each seed draws its own; a seed's two families share it), 60 epochs, all 10 000 test images; estimated
   65 min on 2 cores (0.19 ms per training and 0.06 ms per test image on one core, timed beside another job);
@@ -42,8 +42,13 @@ Scales:
   it took 44 min, with the CI suite on the same cores for half of it. On all 60 000 images the 20 epochs that 2
   cores afford end with training losses of 0.02-0.18, where overfitting starts; on 10 000 images for 60 epochs
   every training loss ends below 0.005 and every test loss 0.22-0.67 above its minimum. On the bundled digits
-  (when Fashion-MNIST is absent) all 1 438 images, 2.4 times the epochs. No epoch-doubling check: the claims are
-  how far the test loss rises with training, which the curves show, not a converged error.
+  (when Fashion-MNIST is absent) all 1 438 images, 2.4 times the epochs. S.7's epoch-doubling check: seed 0's
+  two runs at the largest C trained twice as long. The claims are about where the loss curves end after the
+  paper's 600 epochs, not about a converged error, so the check asks whether a run twice as long tells the same
+  story: each part's statistic on seed 0's pair (:data:`END_PARTS`) keeps its sign, else the outcome is "not
+  converged" - S.7's training losses still fall at 50 epochs. S.6 has none: its runs end with training losses
+  below 0.005, in the overfitting the claim is about, and the check's 240 run-epochs would take its estimate over
+  the 2-hour budget (2.07 h).
 * ``small`` - Fashion-MNIST, 2 000 training and 2 000 test images, 15 epochs of AdamW, Ω = 2^15 (S.6) or 2^17
   at γ = 4 (S.7), 4 blocks, C = 8, 16, 32, 56, 87, 2 seeds: 20 runs each.
 * ``smoke`` - digits, C = 4, 14 at Ω = 2^9 (γ = 4: 2^11), 1 block, 2 epochs.
@@ -87,6 +92,14 @@ TEST_LOSS_RULE = ArmRule("mean over seeds of final test loss(RP) − final test 
                          contrast([-1, 1]), "below", 0.0, **_LOSS)
 TRAIN_LOSS_RULE = ArmRule("mean over seeds of final training loss(RP) − final training loss(normal) at the largest C",
                           contrast([-1, 1]), "above", 0.0, **_LOSS)
+# The medium epoch-doubling check, per preset that has one: (part, its statistic on seed 0's normal and RP runs at
+# the largest C, each a _Overfitting._per_run row); converged when doubling the epochs leaves every sign
+END_PARTS = {
+    "figs7": (("final test loss(RP) − final test loss(normal)",
+               lambda n, r: r["final_test_loss"] - n["final_test_loss"]),
+              ("final training loss(RP) − final training loss(normal)",
+               lambda n, r: r["final_train_loss"] - n["final_train_loss"])),
+}
 
 
 def grows_rule(channels: list[int]) -> ArmRule:
@@ -148,7 +161,11 @@ class _Overfitting(Preset):
                 meta = {"dataset": dataset, "model": family, "omega": s.omega, "C": C, "S": S}
                 tag = family.replace(" ", "").replace("-", "").lower()
                 specs += self.seeded(f"{tag}-c{C}", config, meta, scale)
-        return recipes.seed_structures(specs)
+        specs = recipes.seed_structures(specs)
+        if scale == "medium" and self.name in END_PARTS:  # the epoch-doubling check: seed 0's pair at the largest C
+            largest = max(s.meta["C"] for s in specs)
+            specs += [recipes.doubled(s) for s in specs if s.meta["seed"] == 0 and s.meta["C"] == largest]
+        return specs
 
     def _summaries(self, rows: list[dict]) -> tuple[list[dict], dict]:
         """Per (family, C): overfitting and final losses over seeds; and the runs' curves."""
@@ -211,6 +228,23 @@ class _Overfitting(Preset):
         normal, rp = ([r for r in runs if r["model"] == f and r["C"] == C] for f in self.families)
         return per_seed_difference(rp, normal, value)
 
+    def _end_checks(self, rows: list[dict], C: int) -> tuple[list[dict], dict[str, str], str]:
+        """The epoch-doubling check (:data:`END_PARTS`) on the finished ``rows`` (the doubled runs among them) at
+        ``C``: the checks, their key number and the verdict's sentence (measures.sign_doubling)."""
+        curves = learning_curves(rows)
+        pair = [r for r in rows if r["C"] == C and r.get("seed") == 0 and curves[r["run"]]]
+        runs = {(r["model"], bool(r.get("doubles"))): run for r, run in zip(pair, self._per_run(pair, curves))}
+        normal, rp = self.families
+
+        def value(doubled: bool, fn) -> float | None:
+            n, r = runs.get((normal, doubled)), runs.get((rp, doubled))
+            return None if n is None or r is None else float(fn(n, r))
+
+        checks = measures.sign_doubling([(label, value(False, fn), value(True, fn))
+                                         for label, fn in END_PARTS.get(self.name, ())])
+        numbers, text = measures.sign_doubling_report(checks)
+        return checks, numbers, text
+
     def _at_largest(self, table: list[dict]) -> tuple[dict | None, dict | None]:
         if not table:
             return None, None
@@ -261,7 +295,8 @@ class FigS6(_Overfitting):
     families = {"S-Mixer": {"name": "smixer_c64p4_32"}, "RP S-Mixer": {"name": "rp_smixer_c64p4_32"}}
 
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
-        rows = finished(rows)
+        done = finished(rows)
+        rows = measures.trained(done)  # the epoch-doubling runs are left out
         table, curves = self._summaries(rows)
         normal, rp = self._at_largest(table)
         numbers = {f"{t['model']}, C = {t['C']}: overfitting (final − min test loss)":
@@ -290,8 +325,10 @@ class FigS6(_Overfitting):
                        f"S-Mixer's {rp['overfitting_mean']:.4f}: " + ("neither overfits" if ratio is None else
                                                                        f"a ratio of {ratio:.3g}") +
                        " (the paper: more than 2). " + summary(verdicts))
-        fields = measures.conclude(self, rows, scale, verdicts, (), _selection_note(rows))
-        verdict += measures.headline(fields)
+        checks, check_numbers, check_text = self._end_checks(done, max((r["C"] for r in rows), default=0))
+        numbers.update(check_numbers)
+        fields = measures.conclude(self, rows, scale, verdicts, checks, _selection_note(rows))
+        verdict += check_text + measures.headline(fields)
         if scale == "smoke":
             verdict += " (Smoke scale: too short to decide.)"
         figure = self._figure(rows, curves, "Fig. S.6", "test_loss")
@@ -325,7 +362,8 @@ class FigS7(_Overfitting):
         return specs
 
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
-        rows = finished(rows)
+        done = finished(rows)
+        rows = measures.trained(done)  # the epoch-doubling runs are left out
         table, curves = self._summaries(rows)
         normal, rp = self._at_largest(table)
         numbers = {f"{t['model']}, C = {t['C']}: final test / train loss":
@@ -350,8 +388,10 @@ class FigS7(_Overfitting):
                        f"({'RP lower' if lower else 'RP not lower'}); final training loss "
                        f"{rp['final_train_loss_mean']:.4f} against {normal['final_train_loss_mean']:.4f}. "
                        + summary(verdicts))
-        fields = measures.conclude(self, rows, scale, verdicts)
-        verdict += measures.headline(fields)
+        checks, check_numbers, check_text = self._end_checks(done, max((r["C"] for r in rows), default=0))
+        numbers.update(check_numbers)
+        fields = measures.conclude(self, rows, scale, verdicts, checks)
+        verdict += check_text + measures.headline(fields)
         if scale == "smoke":
             verdict += " (Smoke scale: too short to decide.)"
         figure = self._figure(rows, curves, "Fig. S.7", "train_loss")
