@@ -124,6 +124,7 @@ def preset_block(preset: Preset, records: dict, root: Path, write_figures: bool,
     complete = bool(specs) and len(rows) == len(specs)
     hours = recipes.estimate_hours(preset.name, specs) if preset.name in recipes.RUN_EPOCH_SECONDS else None
     epochs = sorted({s.config.schedule.epochs for s in specs if not s.meta.get("doubles")})
+    doubles = sum(1 for s in specs if s.meta.get("doubles"))
     quotes = _quotes(preset)
     quoted = str(quotes[0]) if quotes else "-"
     regime = "reached" if check.reached else f"not reached: {check.reason()}"
@@ -146,8 +147,9 @@ def preset_block(preset: Preset, records: dict, root: Path, write_figures: bool,
         checks = "; ".join(([] if checks == "-" else [checks]) + longer_cells)
     row = "| " + " | ".join(_cell(c) for c in (preset.name, quoted, regime, estimate, decision, checks)) + " |"
     lines = [f"### {preset.name} at medium scale", "",
-             f"`pkmixer reproduce {preset.name} --scale medium` - {len(specs)} runs of "
+             f"`pkmixer reproduce {preset.name} --scale medium` - {len(specs) - doubles} runs of "
              f"{'/'.join(map(str, epochs))} epochs on {dataset}"
+             + (f" and {doubles} of twice as many (the epoch-doubling check)" if doubles else "")
              + (f", estimated {hours:.1f} h on 2 cores from the per-epoch times of recipes.RUN_EPOCH_SECONDS"
                 f"{' (over the 2-hour budget)' if hours > recipes.BUDGET_HOURS + 0.05 else ''}" if hours else "")
              + f"; {len(rows)} of them recorded in reproduction/{_wall(rows)}.", ""]
@@ -161,7 +163,11 @@ def preset_block(preset: Preset, records: dict, root: Path, write_figures: bool,
     if analysis is not None:
         from .report import verdict_table
 
-        lines += [f"*Outcome: {decision}.* {analysis.data_set}", ""] + verdict_table(analysis.verdicts)
+        lines += [f"*Outcome: {decision}.* {analysis.data_set}", ""]
+        doubling = next((key for key in analysis.numbers if key.startswith("epoch doubling")), None)
+        if doubling:
+            lines += [f"*E{doubling[1:]}:* {analysis.numbers[doubling]}.", ""]
+        lines += verdict_table(analysis.verdicts)
         lines += _figure(analysis, f"{preset.name}_medium", f"{preset.name} at medium scale", root, write_figures)
     else:
         lines += [f"*Outcome:* {decision}.", ""]
