@@ -120,7 +120,6 @@ def test_figs7_is_not_converged_when_doubling_flips_a_part():
     assert "final test loss(RP)" not in analysis.reason and "changed the sign of 1 of the 2" in analysis.verdict
 
 
-
 def _figs8(rp_end, rp_slope):
     """The normal model's test loss flat at 0.5 over the last quarter (epochs 31-40), the RP one's falling by
     ``rp_slope`` per epoch to 0.5 + ``rp_end``; test error = test loss / 4."""

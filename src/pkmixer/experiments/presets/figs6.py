@@ -32,11 +32,12 @@ Scales:
   600 epochs, 5 seeds; S.6 with App. C.4's batch 128, crop and flip; S.7 with batch 256 and AutoAugment. Ω is
   not stated in D.7: it is the Ω whose C.4 pairs end in (173, 16). 50 runs each.
 * ``medium`` - small's models with :func:`.recipes.medium` (AdamW, batch 128), 5 seeds: 50 runs each (S.7: and 2
-  for the epoch-doubling check below), on a training subset trained long - a departure from medium scale's whole training set, since the claims need the
-  overfitting regime of the paper's 600 epochs (the evidence: docs/reproduction.md). S.6: 10 000 Fashion-MNIST
-  images (each seed draws its own; a seed's two families share it), 60 epochs, all 10 000 test images; estimated
-  65 min on 2 cores (0.19 ms per training and 0.06 ms per test image on one core, timed beside another job);
-  it took 1.9 h, with the CI suite and other jobs on the same 2 cores for part of it.
+  for the epoch-doubling check below), on a training subset trained long - a departure from medium scale's whole
+  training set, since the claims need the overfitting regime of the paper's 600 epochs (the evidence:
+  docs/reproduction.md). S.6: 10 000 Fashion-MNIST images (each seed draws its own; a seed's two families share
+  it), 60 epochs, all 10 000 test images; estimated 65 min on 2 cores (0.19 ms per training and 0.06 ms per test
+  image on one core, timed beside another job); it took 1.9 h, with the CI suite and other jobs on the same 2
+  cores for part of it.
   S.7: 2 000 training and 2 000 test images, 50 epochs; estimated at most 100 min (AutoAugment's per-image
   pipeline before its batched version: 1.7 ms per training and 0.8 ms per test image); with AutoAugment batched
   it took 44 min, with the CI suite on the same cores for half of it. On all 60 000 images the 20 epochs that 2
