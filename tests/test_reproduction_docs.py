@@ -42,6 +42,16 @@ def test_the_medium_verdicts_are_what_the_records_and_presets_generate():
         "docs/reproduction.md's medium verdicts differ from `pkmixer reproduce --docs`: run it"
 
 
+def test_a_recorded_presets_section_shows_its_epoch_doubling_numbers():
+    """figs7's records hold its two epoch-doubling runs: its section prints what they measured under the outcome
+    and counts them apart from the 50 runs the verdict reads."""
+    section = DOC.split("### figs7 at medium scale", 1)[1].split("\n### ", 1)[0]
+    assert "50 runs of 50 epochs on fashion-mnist and 2 of twice as many" in section
+    outcome = section.index("*Outcome:")
+    line = section.index("*Epoch doubling (seed 0's statistics, as trained -> doubled):* final test loss(RP)")
+    assert outcome < line < section.index("| part of the claim")
+
+
 def test_the_medium_verdicts_table_has_a_row_for_exactly_the_presets_with_a_medium_scale():
     section = DOC.split("\n## Medium-scale verdicts\n", 1)[1].split("\n## ", 1)[0]
     rows = [line.strip("|").split("|")[0].strip() for line in section.splitlines()

@@ -166,7 +166,7 @@ def preset_block(preset: Preset, records: dict, root: Path, write_figures: bool,
         lines += [f"*Outcome: {decision}.* {analysis.data_set}", ""]
         doubling = next((key for key in analysis.numbers if key.startswith("epoch doubling")), None)
         if doubling:
-            lines += [f"*E{doubling[1:]}:* {analysis.numbers[doubling]}.", ""]
+            lines += [f"*{doubling.capitalize()}:* {analysis.numbers[doubling]}.", ""]
         lines += verdict_table(analysis.verdicts)
         lines += _figure(analysis, f"{preset.name}_medium", f"{preset.name} at medium scale", root, write_figures)
     else:

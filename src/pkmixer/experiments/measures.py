@@ -99,8 +99,7 @@ def sign_doubling(parts: Sequence[tuple[str, float | None, float | None]], digit
     for label, base, doubled in parts:
         if base is None or doubled is None:
             continue
-        out.append({"run": label, "value": base, "value_doubled": doubled, "change": doubled - base,
-                    "converged": bool(np.sign(base) == np.sign(doubled) and base != 0),
+        out.append({"run": label, "converged": bool(np.sign(base) == np.sign(doubled) and base != 0),
                     "text": f"{label}: {base:+.{digits}f} -> {doubled:+.{digits}f}",
                     "moved": f"{label} changed sign when the epochs were doubled ({base:+.{digits}f} -> "
                              f"{doubled:+.{digits}f})"})

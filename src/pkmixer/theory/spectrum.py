@@ -242,9 +242,8 @@ def alpha_scaling_singular_values(omega: str | int | float, alpha: float, seed: 
     scale = np.trace(K) / m
     if scale == 0:
         raise ConfigError(f"the mask at Ω={omega:g}, α={alpha:g}, seed={seed} kept no weight; raise Ω")
-    # one BLAS thread: K has at most a few thousand rows (a sixth of m at α = 1.5, Ω = 10³), where it is as fast
-    # on idle cores (0.22 s against 0.20 s for figs1's seven α) and OpenBLAS's threads, spinning against other
-    # jobs on shared cores, made it 55 times slower beside a two-worker sweep (16 s)
+    # one BLAS thread: K has at most a few thousand rows (a sixth of m at α = 1.5, Ω = 10³), too few for more
+    # threads to pay, and OpenBLAS's threads spin against other jobs where the cores are shared (a training sweep)
     with threadpool_limits(limits=1, user_api="blas"):
         eigenvalues = np.linalg.eigvalsh(K / scale)
     eigenvalues = np.concatenate([eigenvalues, np.zeros(m - len(kept))])

@@ -231,7 +231,10 @@ class _Overfitting(Preset):
 
     def _end_checks(self, rows: list[dict], C: int) -> tuple[list[dict], dict[str, str], str]:
         """The epoch-doubling check (:data:`END_PARTS`) on the finished ``rows`` (the doubled runs among them) at
-        ``C``: the checks, their key number and the verdict's sentence (measures.sign_doubling)."""
+        ``C``: the checks, their key number and the verdict's sentence (measures.sign_doubling); none for a preset
+        without one."""
+        if self.name not in END_PARTS:
+            return [], {}, ""
         curves = learning_curves(rows)
         pair = [r for r in rows if r["C"] == C and r.get("seed") == 0 and curves[r["run"]]]
         runs = {(r["model"], bool(r.get("doubles"))): run for r, run in zip(pair, self._per_run(pair, curves))}
@@ -242,7 +245,7 @@ class _Overfitting(Preset):
             return None if n is None or r is None else float(fn(n, r))
 
         checks = measures.sign_doubling([(label, value(False, fn), value(True, fn))
-                                         for label, fn in END_PARTS.get(self.name, ())])
+                                         for label, fn in END_PARTS[self.name]])
         numbers, text = measures.sign_doubling_report(checks)
         return checks, numbers, text
 
