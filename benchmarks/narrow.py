@@ -1,17 +1,20 @@
 """Section (n): narrow Mixers against square ones at fixed Ω, and a small Mixer against its own matrix products.
 
 Per multiply-add: the fig5/fig6 medium grid (Ω = 2^15, the mirrored pairs (C, S) = (8, 87) ... (87, 8), 4 blocks,
-Fashion-MNIST's 28 px images in patches of 4), S-Mixer and RP S-Mixer, one training step (fused AdamW, batch 128)
-each. A family's five models are timed round-robin in one loop; a point's cost is its median step time over its
-training FLOPs (torch.utils.flop_counter, forward + backward), and its ratio is that cost over the square model's
-(C = S) of the same family. A ratio of 1 means a narrow model pays per multiply-add what the square one does. Each
+Fashion-MNIST's 28 px images in patches of 4) and, narrower than it, (4, 126) at the same Ω, S-Mixer and RP
+S-Mixer, one training step (fused AdamW, batch 128) each. A family's six models are timed round-robin in one loop;
+a point's cost is its median step time over its training FLOPs (torch.utils.flop_counter, forward + backward), and
+its ratio is that cost over the square model's (C = S) of the same family. A ratio of 1 means a narrow model pays per multiply-add what the square one does. Each
 model is timed in the same loop beside a copy whose stem is torch's ``nn.Conv2d`` (the peer of the stem's fast path,
-:class:`pkmixer.layers.patch.PatchConv`).
+:class:`pkmixer.layers.patch.PatchConv`) and a copy whose LayerNorms are all torch's ``nn.LayerNorm`` (the peer of
+:class:`pkmixer.layers.norm.NarrowLayerNorm`, the C kernel a model uses below 8 channels; from 8 up the two are
+the same model, a control of the loop).
 
-LayerNorm over few channels: torch's kernel against four other formulations (a ``var_mean`` decomposition,
-``group_norm`` with one group per token, ``batch_norm`` of the transposed stream, and a hand-written forward and
-backward over a channel-first (C, B·S) copy of the stream, whose reductions run along contiguous tokens), forward +
-backward on each grid point's (128, S, C) stream, timed round-robin.
+LayerNorm over few channels: torch's kernel against five other formulations (a ``var_mean`` decomposition,
+``group_norm`` with one group per token, ``batch_norm`` of the transposed stream, a hand-written forward and
+backward over a channel-first (C, B·S) copy of the stream, whose reductions run along contiguous tokens, and
+pkmixer's C kernel, :func:`pkmixer.layers.norm.narrow_layer_norm`, where it has code for C, below 16), forward +
+backward on each point's (128, S, C) stream, timed round-robin.
 
 Own products: the small CIFAR S-Mixer (S = C = 64, patch 4 on 32 px, 8 blocks, batch 128). Every dense matrix
 product of one training step (mm, addmm, bmm, baddbmm, forward and backward) is recorded with its operands' shapes
@@ -30,9 +33,11 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pkmixer.experiments.presets.fig5 import MEDIUM
+from pkmixer.layers.norm import KERNEL_WIDTHS, NarrowLayerNorm, narrow_layer_norm
 from pkmixer.models.registry import create_model
+from pkmixer.theory.width import symmetric_pairs
 
-from .common import Settings, image_batch, interleaved, ratio, train_flops, train_step
+from .common import Settings, Timing, image_batch, interleaved, ratio, train_flops, train_step
 
 FAMILIES = {"S-Mixer": "smixer_t4_28", "RP S-Mixer": "rp_smixer_t4_28"}
 SMALL_CIFAR = "smixer_c64p4_32"
@@ -41,10 +46,16 @@ PRODUCTS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.a
 
 
 def _pairs(settings: Settings) -> tuple[int, list[tuple[int, int]]]:
+    """Ω and the grid's (C, S) pairs, with C = 4 first (narrower than the grid, as figs3's narrowest C)."""
     if settings.mode == "smoke":
         return 2**9, [(4, 16), (8, 8), (16, 4)]
     (omega, pairs), = MEDIUM.mixer_pairs.items()
-    return omega, pairs
+    return omega, [*symmetric_pairs(omega, channels=[4]), *pairs]
+
+
+# the variants of each grid model timed: ours, and each with one fast path replaced by torch's module
+VARIANTS: dict[str, Callable[[nn.Module], nn.Module]] = {
+    "ours": copy.deepcopy, "conv stem": lambda m: with_conv_stem(m), "torch norm": lambda m: with_torch_layer_norm(m)}
 
 
 def section_n(settings: Settings) -> dict:
@@ -54,25 +65,35 @@ def section_n(settings: Settings) -> dict:
     depth, batch = (2, 16) if settings.mode == "smoke" else (MEDIUM.depth, 128)
     rows = []
     for family, name in FAMILIES.items():
-        cases, flops = {}, {}
+        models, flops = {}, {}
         for C, S in pairs:
             torch.manual_seed(0)
-            model = create_model(name, depth=depth, embed_dim=C, num_tokens=S).to(settings.torch_device)
-            data = image_batch(model, batch, settings)
-            cases[f"{C}x{S}"] = train_step(model, data, settings)
-            cases[f"{C}x{S} conv stem"] = train_step(with_conv_stem(model), data, settings)
-            flops[(C, S)] = train_flops(model, data[0].shape)
-        t = interleaved(cases, settings)
+            models[(C, S)] = create_model(name, depth=depth, embed_dim=C, num_tokens=S).to(settings.torch_device)
+            flops[(C, S)] = train_flops(models[(C, S)], image_batch(models[(C, S)], batch, settings)[0].shape)
+        keys = [(pair, variant) for pair in pairs for variant in VARIANTS]
+        cases = {}
+        for copy_, order in enumerate((keys, keys[::-1])):  # built in palindromic order (module docstring)
+            for pair, variant in order:
+                model = VARIANTS[variant](models[pair])
+                cases[(pair, variant, copy_)] = train_step(model, image_batch(model, batch, settings), settings)
+        timed = interleaved(cases, settings)
+        t = {key: merged(timed[(*key, 0)], timed[(*key, 1)]) for key in keys}
         square = min(pairs, key=lambda p: abs(p[0] - p[1]))
-        per_flop = {p: t[f"{p[0]}x{p[1]}"].median_s / flops[p] for p in pairs}
+        per_flop = {p: t[(p, "ours")].median_s / flops[p] for p in pairs}
         for (C, S) in pairs:
-            ours, conv = t[f"{C}x{S}"], t[f"{C}x{S} conv stem"]
+            ours, conv, norm = (t[((C, S), v)] for v in VARIANTS)
             rows.append({"family": family, "model": name, "omega": omega, "C": C, "S": S, "batch": batch,
                          "train_flops": flops[(C, S)], "time": ours.as_dict(), "conv_stem_time": conv.as_dict(),
-                         "stem_speedup": ratio(conv.median_s, ours.median_s), "ns_per_flop": 1e9 * per_flop[(C, S)],
+                         "stem_speedup": ratio(conv.median_s, ours.median_s), "torch_norm_time": norm.as_dict(),
+                         "norm_speedup": ratio(norm.median_s, ours.median_s), "ns_per_flop": 1e9 * per_flop[(C, S)],
                          "per_flop_vs_square": ratio(per_flop[(C, S)], per_flop[square])})
     return {"rows": rows, "layer_norm": layer_norm_rows(settings, pairs, batch),
             "own_products": own_products(settings)}
+
+
+def merged(a: Timing, b: Timing) -> Timing:
+    """Two copies' timings of one model as one: the mean of their medians, the wider quartiles."""
+    return Timing((a.median_s + b.median_s) / 2, min(a.q1_s, b.q1_s), max(a.q3_s, b.q3_s), a.repeats + b.repeats)
 
 
 def _decomposed_layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -117,10 +138,12 @@ def channel_first(x: torch.Tensor) -> torch.Tensor:
     return x.detach().reshape(-1, x.shape[-1]).t().contiguous()
 
 
+KERNEL = "pkmixer C kernel"
 LAYER_NORMS = {"native": lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-6),
                "var_mean": _decomposed_layer_norm, "group_norm": _group_norm,
                "batch_norm of the transpose": _batch_norm_of_transpose,
-               "channel-first (C, B·S)": _ChannelFirstLayerNorm.apply}
+               "channel-first (C, B·S)": _ChannelFirstLayerNorm.apply,
+               KERNEL: lambda x, w, b: narrow_layer_norm(x, w, b, 1e-6)}
 # the layout each formulation reads its stream and gradient in, made before timing (identity: the (B, S, C) stream)
 LAYOUTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"channel-first (C, B·S)": channel_first}
 
@@ -140,11 +163,25 @@ def layer_norm_rows(settings: Settings, pairs: list[tuple[int, int]], batch: int
             layout = LAYOUTS.get(name)
             xs, gs = (x, grad) if layout is None else (layout(x).requires_grad_(), layout(grad))
             return lambda: LAYER_NORMS[name](xs, w, b).backward(gs)
-        t = interleaved({name: case(name) for name in LAYER_NORMS}, settings,
+        names = [name for name in LAYER_NORMS if name != KERNEL or C in KERNEL_WIDTHS]  # the kernel: C < 16
+        t = interleaved({name: case(name) for name in names}, settings,
                         repeats=max(settings.repeats, 10))
         rows.append({"C": C, "S": S, "batch": batch, "times": {k: v.as_dict() for k, v in t.items()},
                      "vs_native": {k: ratio(v.median_s, t["native"].median_s) for k, v in t.items()}})
     return rows
+
+
+def with_torch_layer_norm(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` whose LayerNorms are all torch's ``nn.LayerNorm`` (the peer of
+    :class:`pkmixer.layers.norm.NarrowLayerNorm`), with the same weights."""
+    plain = copy.deepcopy(model)
+    for module in list(plain.modules()):
+        for name, child in module.named_children():
+            if isinstance(child, NarrowLayerNorm):
+                torch_norm = nn.LayerNorm(child.normalized_shape, eps=child.eps).to(child.weight.device)
+                torch_norm.load_state_dict(child.state_dict())
+                setattr(module, name, torch_norm)
+    return plain
 
 
 def with_conv_stem(model: nn.Module) -> nn.Module:

@@ -263,18 +263,22 @@ def markdown(result: dict) -> str:
                   f"Ω = {first['omega']:,}, batch {first['batch']}, one fused-AdamW training step; a family's models "
                   "timed round-robin in one loop; per FLOP = median step / training FLOPs (forward + backward); "
                   "ratio = per FLOP / the square model's of the same family. Steps in ms; beside each, the same "
-                  "model with torch's nn.Conv2d as its stem, timed in the same loop, and PatchConv's speedup over it.",
+                  "model with torch's nn.Conv2d as its stem and with torch's nn.LayerNorm for every NarrowLayerNorm, "
+                  "timed in the same loop, and PatchConv's and NarrowLayerNorm's speedups over them.",
                   ""]
         rows = [[r["family"], f"({r['C']}, {r['S']})", f"{r['train_flops'] / 1e9:.3f}", _ms(r["time"]),
                  f"{r['ns_per_flop']:.3f}", _x(r["per_flop_vs_square"]), _ms(r["conv_stem_time"]),
-                 _x(r["stem_speedup"])] for r in n["rows"]]
+                 _x(r["stem_speedup"]), _ms(r.get("torch_norm_time")), _x(r.get("norm_speedup"))]
+                for r in n["rows"]]
         lines += _table(["family", "(C, S)", "GFLOP per step", "step", "ns per FLOP", "per FLOP vs square",
-                         "step, nn.Conv2d stem", "PatchConv speedup"], rows)
+                         "step, nn.Conv2d stem", "PatchConv speedup", "step, nn.LayerNorm",
+                         "NarrowLayerNorm speedup"], rows)
         names = list(n["layer_norm"][0]["times"])
         lines += ["", f"LayerNorm over C channels of the ({first['batch']}, S, C) stream, forward + backward, ms "
                   "(time / torch's kernel):", ""]
         lines += _table(["(C, S)", *names], [[f"({r['C']}, {r['S']})", *(
-            f"{1e3 * r['times'][k]['median_s']:.3f} ({_x(r['vs_native'][k])})" for k in names)]
+            f"{1e3 * r['times'][k]['median_s']:.3f} ({_x(r['vs_native'][k])})" if k in r["times"] else "-"
+            for k in names)]
             for r in n["layer_norm"]])
         own = n["own_products"]
         lines += ["", f"{own['model']} ({own['depth']} blocks, batch {own['batch']}): training step "

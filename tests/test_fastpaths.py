@@ -3,7 +3,9 @@
 Fast paths: the per-patch stem as one matrix product (``PatchConv``) against ``nn.Conv2d``; token mixing as a left multiplication (``Mlp.forward_left``, ``FcAct.forward_left``) against
 timm's transpose + Linear; the RP gather's inverse-permutation backward (``PermuteColumns``) against
 ``index_select``'s autograd; the CSR SW-MLP layer against the dense-masked layer and the COO product; the
-chunked mask sampler against the one-shot sampler; the bmm Kronecker layer against an explicit V ⊗ W.
+chunked mask sampler against the one-shot sampler; the bmm Kronecker layer against an explicit V ⊗ W; the C
+LayerNorm over few channels (``NarrowLayerNorm``) against ``nn.LayerNorm``, its builds at three x86-64 levels
+against each other, and its traced, scripted, exported and compiled forms against the eager one.
 Correctness only: nothing here is timed.
 """
 import copy
@@ -427,3 +429,239 @@ def test_benchmark_memory_probe_runs_in_a_subprocess():
     assert proc.returncode == 0, proc.stderr
     answer = json.loads(proc.stdout.strip().splitlines()[-1])
     assert answer["ok"] and answer["trains"] and answer["peak_bytes"] >= 0 and answer["kept_weights"] > 0
+
+
+# ---- LayerNorm over few channels: the C kernel -------------------------------------------------------------
+
+def _norm_pair(C: int, eps: float = 1e-6) -> tuple[torch.nn.Module, torch.nn.LayerNorm]:
+    from pkmixer.layers.norm import NarrowLayerNorm
+
+    ours, ref = NarrowLayerNorm(C, eps), torch.nn.LayerNorm(C, eps=eps)
+    with torch.no_grad():
+        ours.weight.normal_()
+        ours.bias.normal_()
+    ref.load_state_dict(ours.state_dict())
+    return ours, ref
+
+
+def _close(a: torch.Tensor, r: torch.Tensor, tol: float = 1e-5) -> bool:
+    """Within ``tol`` of r's largest entry (an input gradient over one channel is 0 up to torch's rounding)."""
+    return float((a - r).abs().max()) <= tol * max(1.0, float(r.abs().max()))
+
+
+def _kernel_or_skip():
+    from pkmixer.layers.norm import _kernel
+
+    if _kernel() is None:
+        pytest.skip("no C kernel on this machine (no compiler)")
+
+
+@pytest.mark.parametrize("C", range(1, 16))
+@pytest.mark.parametrize("shape", [(6, 37), (50,), (2, 3, 5)])
+def test_narrow_layer_norm_equals_torchs(one_thread, C, shape):
+    """NarrowLayerNorm (the C kernel, one thread, float32) is nn.LayerNorm within float32 rounding: values and the
+    gradients of input, weight and bias, for every width the kernel has code for (1 to 15; models use it below 8)
+    and any leading shape. Over two channels the
+    input gradient is 0 but for ε (the normalised row is ±1), so both kernels give only rounding there."""
+    from pkmixer.layers.norm import NarrowLayerNorm, kernel_applies
+
+    _kernel_or_skip()
+    ours, ref = _norm_pair(C)
+    assert isinstance(ours, NarrowLayerNorm)
+    x = torch.randn(*shape, C, requires_grad=True)
+    grad = torch.randn(*shape, C)
+    assert kernel_applies(x, ours.weight, ours.bias)
+    got, want = ours(x), ref(x)
+    assert (got - want).abs().max() < 1e-5
+    pairs = list(zip(_grads(got, grad, [x, ours.weight, ours.bias]), _grads(want, grad, [x, ref.weight, ref.bias])))
+    if C == 1:  # x̂ = 0: the input and weight gradients are 0, exactly in the kernel, up to rounding in torch's
+        assert not pairs[0][0].any() and not pairs[1][0].any()
+        pairs = pairs[2:]
+    for a, r in pairs[0 if C > 2 else 1:]:
+        assert _close(a, r)
+
+
+def test_narrow_layer_norm_takes_any_layout_and_empty_batches(one_thread):
+    _kernel_or_skip()
+    ours, ref = _norm_pair(8)
+    x = torch.randn(5, 8, 20).transpose(1, 2).requires_grad_()  # a strided (5, 20, 8) view
+    grad = torch.randn(5, 20, 8).transpose(0, 1).contiguous().transpose(0, 1)
+    got, want = ours(x), ref(x)
+    assert (got - want).abs().max() < 1e-5
+    for a, r in zip(_grads(got, grad, [x, ours.weight]), _grads(want, grad, [x, ref.weight])):
+        assert _close(a, r)
+    empty = torch.zeros(0, 8, requires_grad=True)
+    assert ours(empty).shape == (0, 8)
+    ours(empty).sum().backward()
+    assert empty.grad.shape == (0, 8) and ours.weight.grad is not None
+
+
+def test_layer_norm_factory_keeps_torchs_module_from_8_channels_and_the_state_dict():
+    from pkmixer.layers.norm import NARROW_NORM, NarrowLayerNorm, layer_norm
+
+    assert type(layer_norm(NARROW_NORM, 1e-6)) is torch.nn.LayerNorm
+    narrow = layer_norm(NARROW_NORM - 1, 1e-5)
+    assert isinstance(narrow, NarrowLayerNorm) and narrow.eps == 1e-5
+    plain = torch.nn.LayerNorm(NARROW_NORM - 1, eps=1e-5)
+    assert narrow.state_dict().keys() == plain.state_dict().keys()
+    assert all(torch.equal(a, b) for a, b in zip(narrow.state_dict().values(), plain.state_dict().values()))
+
+
+def test_narrow_layer_norm_runs_torchs_kernel_elsewhere(one_thread):
+    """More than one thread, float64, or no kernel: exactly torch's LayerNorm."""
+    from pkmixer.layers.norm import kernel_applies, narrow_layer_norm
+
+    ours, ref = _norm_pair(4)
+    x = torch.randn(3, 7, 4)
+    torch.set_num_threads(2)
+    assert not kernel_applies(x, ours.weight, ours.bias)
+    with torch.no_grad():
+        assert torch.equal(ours(x), ref(x))
+    torch.set_num_threads(1)
+    x64 = x.double()
+    assert torch.equal(narrow_layer_norm(x64, ours.weight.double(), ours.bias.double(), 1e-6),
+                       F.layer_norm(x64, (4,), ours.weight.double(), ours.bias.double(), 1e-6))
+
+
+def test_narrow_layer_norm_backward_after_a_thread_change_and_second_derivatives(one_thread):
+    """A backward run with another thread count than its forward, and a second derivative (create_graph), go
+    through torch's operators and agree with nn.LayerNorm's."""
+    _kernel_or_skip()
+    ours, ref = _norm_pair(6)
+    x = torch.randn(9, 6, requires_grad=True)
+    grad = torch.randn(9, 6)
+    y = ours(x)
+    torch.set_num_threads(2)
+    try:
+        got = _grads(y, grad, [x, ours.weight, ours.bias])
+    finally:
+        torch.set_num_threads(1)
+    for a, r in zip(got, _grads(ref(x), grad, [x, ref.weight, ref.bias])):
+        assert _close(a, r)
+    hvp = []
+    for norm, weight in ((ours, ours.weight), (ref, ref.weight)):
+        gx, = torch.autograd.grad((norm(x) ** 3).sum(), [x], create_graph=True)
+        hvp.append(torch.autograd.grad((gx * grad).sum(), [x, weight]))
+    for a, r in zip(*hvp):
+        assert _close(a, r, 1e-4)
+
+
+def test_narrow_layer_norm_is_one_node_when_traced_scripted_and_exported(one_thread):
+    """torch.fx, TorchScript and torch.export keep the kernel (one node or operator), so that they compute
+    exactly what the eager module does."""
+    import warnings
+
+    _kernel_or_skip()
+    model = torch.nn.Sequential(_norm_pair(8)[0])
+    x = torch.randn(4, 10, 8)
+    graph = torch.fx.symbolic_trace(model)
+    assert [n.target.__name__ for n in graph.graph.nodes if n.op == "call_function"] == ["narrow_layer_norm"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        scripted = torch.jit.script(model)
+    exported = torch.export.export(model.eval(), (x,)).module()
+    assert "pkmixer.narrow_layer_norm" in str(exported.graph)
+    with torch.no_grad():
+        for other in (graph, scripted, exported):
+            assert torch.equal(other(x), model(x))
+
+
+def test_a_narrow_mixer_traces_scripts_exports_and_stacks(one_thread):
+    """A C = 4 S-Mixer (its LayerNorms NarrowLayerNorm): FX, TorchScript and torch.export give exactly the eager
+    outputs; its stacked form (torch's LayerNorm per member) gives each member's within float rounding."""
+    import warnings
+
+    from pkmixer.layers.norm import NarrowLayerNorm
+    from pkmixer.train.stack import stack_models
+
+    _kernel_or_skip()
+    members = [perturb_(pkmixer.create_model("smixer_t4_28", img_size=16, depth=2, embed_dim=4, num_tokens=20))
+               for _ in range(2)]
+    model = members[0].eval()
+    assert sum(isinstance(m, NarrowLayerNorm) for m in model.modules()) == 6  # 2 per block, the skip, the head
+    x = torch.randn(3, 1, 16, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        scripted = torch.jit.script(model)
+    with torch.no_grad():
+        want = model(x)
+        for other in (torch.fx.symbolic_trace(model), scripted, torch.export.export(model, (x,)).module()):
+            assert torch.equal(other(x), want)
+        stacked = stack_models(members).eval()
+        both = stacked(x.unsqueeze(0).expand(2, -1, -1, -1, -1))
+        for k, member in enumerate(members):
+            assert _close(both[k], member(x))
+
+
+@pytest.mark.slow  # torch.compile builds C++ (about 20 s)
+def test_narrow_layer_norm_compiled_equals_eager(one_thread):
+    _kernel_or_skip()
+    norm = _norm_pair(8)[0]
+    compiled = torch.compile(norm)
+    x = torch.randn(4, 10, 8, requires_grad=True)
+    grad = torch.randn(4, 10, 8)
+    got, want = compiled(x), norm(x)
+    assert torch.equal(got, want)
+    for a, r in zip(_grads(got, grad, [x, norm.weight]), _grads(want, grad, [x, norm.weight])):
+        assert torch.equal(a, r)
+
+
+def test_layer_norm_kernel_is_bit_identical_across_x86_levels(tmp_path):
+    """The kernel built for the baseline x86-64, for x86-64-v3 and for this machine's level gives the same bits
+    (fixed summation order, no fused multiply-adds)."""
+    import ctypes
+    import platform
+    import shutil
+
+    from pkmixer import kernels
+
+    cc = shutil.which("cc")
+    if cc is None or platform.machine() != "x86_64":
+        pytest.skip("needs cc on x86-64")
+    source = os.path.join(os.path.dirname(kernels.__file__), "layer_norm.c")
+    outputs = []
+    for level in ([], ["-march=x86-64-v3"], list(kernels._flags()[len(kernels._BASE_FLAGS):])):
+        lib = tmp_path / f"ln{len(outputs)}.so"
+        subprocess.run([cc, *kernels._BASE_FLAGS, *level, source, "-o", str(lib), "-lm"], check=True)
+        so = ctypes.CDLL(str(lib))
+        g = torch.Generator().manual_seed(0)
+        x, w, b, grad = (torch.randn(*s, generator=g) for s in ((300, 7), (7,), (7,), (300, 7)))
+        y, gx = torch.empty_like(x), torch.empty_like(x)
+        gw, gb = torch.empty(7, dtype=F64), torch.empty(7, dtype=F64)
+        so.pkmixer_layer_norm_forward.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_ssize_t] * 2 + [ctypes.c_float]
+        so.pkmixer_layer_norm_backward.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_ssize_t] * 2 + [ctypes.c_float]
+        assert so.pkmixer_layer_norm_forward(x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), None, None,
+                                             300, 7, 1e-6) == 0
+        assert so.pkmixer_layer_norm_backward(grad.data_ptr(), x.data_ptr(), None, None, w.data_ptr(),
+                                              gx.data_ptr(), gw.data_ptr(), gb.data_ptr(), 300, 7, 1e-6) == 0
+        assert so.pkmixer_layer_norm_forward(x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), None, None,
+                                             300, 16, 1e-6) == 1  # refuses widths it has no copy for
+        outputs.append((y, gx, gw, gb))
+    for other in outputs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(outputs[0], other))
+
+
+def test_kernel_build_says_why_it_is_unavailable(monkeypatch, tmp_path):
+    """The switch, a missing compiler, a failed build and an unwritable cache each give None with a warning that
+    names the reason; nothing is left half-written in the cache."""
+    from pkmixer import kernels
+
+    cases = [({"PKMIXER_NATIVE_KERNELS": "0"}, "PKMIXER_NATIVE_KERNELS=0"),
+             ({"CC": "no-such-compiler-pkmixer"}, "no C compiler"),
+             ({"CC": "false"}, "no C compiler"),  # `false --version` fails
+             ({"PKMIXER_KERNEL_CACHE": str(tmp_path / "file" / "kernels")}, "cannot build under")]
+    (tmp_path / "file").write_text("not a directory")
+    for env, reason in cases:
+        with monkeypatch.context() as m:
+            for k, v in env.items():
+                m.setenv(k, v)
+            kernels._loaded.cache_clear()
+            with pytest.warns(RuntimeWarning, match=reason):
+                assert kernels.load("layer_norm") is None
+            assert reason in kernels.describe("layer_norm")
+    kernels._loaded.cache_clear()
+    monkeypatch.setenv("PKMIXER_KERNEL_CACHE", str(tmp_path / "fresh"))
+    if kernels._compiler() is not None:
+        assert kernels.load("layer_norm") is not None
+        assert [p.suffix for p in (tmp_path / "fresh").iterdir()] == [".so"]
+    kernels._loaded.cache_clear()

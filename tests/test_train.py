@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pkmixer import kernels
 from pkmixer.cli import main
 from pkmixer.train import build, engine, evaluation, loop
 from pkmixer.checkpoint import read_checkpoint
@@ -140,6 +141,8 @@ def test_resume_keeps_the_thread_count_the_run_was_checkpointed_with(tmp_path, m
         assert seen == [1, 1, 2]
     finally:
         torch.set_num_threads(before)
+    environment = json.loads((tmp_path / "run" / "summary.json").read_text())["environment"]
+    assert environment["threads"] == 2 and environment["layer_norm_kernel"] == kernels.describe("layer_norm")
 
 
 @pytest.mark.slow  # a kill test: a subprocess SIGKILLed mid-epoch

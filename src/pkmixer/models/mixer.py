@@ -45,6 +45,7 @@ from torch.utils.checkpoint import checkpoint
 from ..errors import ConfigError, check_positive, check_positive_int, check_rate
 from ..layers.ablations import BatchedLinear, GroupedTokenMixing
 from ..layers.mlp import FcAct, Mlp
+from ..layers.norm import layer_norm
 from ..layers.patch import PatchConv
 from ..layers.pk import PKMixing
 from ..layers.token_mixing import TiedTokens, TokenMixingFactory
@@ -82,7 +83,7 @@ class TokenProjectionSkip(nn.Module):
     def __init__(self, in_tokens: int, out_tokens: int, dim: int, eps: float) -> None:
         super().__init__()
         self.proj = nn.Linear(in_tokens, out_tokens, bias=False)
-        self.norm = nn.LayerNorm(dim, eps=eps)
+        self.norm = layer_norm(dim, eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, S0, C) -> (B, S, C)
         return self.norm(self.proj(x.transpose(1, 2)).transpose(1, 2))
@@ -320,10 +321,10 @@ class Mixer(TimmModel, nn.Module):
                                perms=perms, generator=generator)
             skip = TokenProjectionSkip(s_in, S, C, norm_eps) if s_in != S or (i == 0 and project_first) else None
             blocks.append(MixerBlock(
-                MixingSublayer(nn.LayerNorm(C, eps=norm_eps), token, dpr[2 * i], skip),
-                MixingSublayer(nn.LayerNorm(C, eps=norm_eps), channel, dpr[2 * i + 1])))
+                MixingSublayer(layer_norm(C, norm_eps), token, dpr[2 * i], skip),
+                MixingSublayer(layer_norm(C, norm_eps), channel, dpr[2 * i + 1])))
         self.blocks = nn.ModuleList(blocks)
-        self.norm = nn.LayerNorm(C, eps=norm_eps)  # pre_head_layer_norm
+        self.norm = layer_norm(C, norm_eps)  # pre_head_layer_norm
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(C, num_classes)
         self.grad_checkpointing = False  # timm's set_grad_checkpointing: recompute each block in the backward

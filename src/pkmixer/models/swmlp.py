@@ -27,6 +27,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import ConfigError, check_density, check_positive, check_positive_int, check_rate
+from ..layers.norm import layer_norm
 from ..layers.patch import PatchConv
 from ..layers.sparse import SPARSE_LAYERS, MaskedLinear
 from .features import check_where, point_format, select_indices
@@ -46,7 +47,7 @@ class SparseBlock(nn.Module):
     def __init__(self, width: int, hidden: int | None, make_linear: Callable[[int, int], nn.Module],
                  act_layer: Callable[[], nn.Module], eps: float, drop_path: float) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(width, eps=eps)
+        self.norm = layer_norm(width, eps)
         dims = [width, width] if hidden is None else [width, hidden, width]
         self.linears = nn.ModuleList(make_linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
         self.act = act_layer()
@@ -141,7 +142,7 @@ class SWMLP(TimmModel, nn.Module):
             SparseBlock(self.width, self.hidden, make_linear, ACTIVATIONS[act], norm_eps, dpr[i])
             for i in range(depth))
         # the identity without head_norm, so that forward_features and the effective MLP read it alike
-        self.norm = nn.LayerNorm(self.width, eps=norm_eps) if head_norm else nn.Identity()
+        self.norm = layer_norm(self.width, norm_eps) if head_norm else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(self.width, num_classes)
         lecun_normal_(self.stem.weight)

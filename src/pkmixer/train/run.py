@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import kernels
 from ..atomic import write_text_atomically
 from ..checkpoint import read_checkpoint, save_model
 from ..errors import ConfigError
@@ -147,7 +148,8 @@ def _source_commit() -> dict[str, Any]:
 
 def environment(ctx: dist_.Context) -> dict[str, Any]:
     """What a run's numbers may depend on beside its config: versions, the source commit, the CPU's kernel
-    capability (rounding differs between AVX2 and AVX-512 kernels), torch's threads and the device."""
+    capability (rounding differs between AVX2 and AVX-512 kernels), torch's threads, the device and how the C
+    LayerNorm of narrow Mixers was built (pkmixer.kernels)."""
     try:
         version = importlib.metadata.version("pkmixer")
     except importlib.metadata.PackageNotFoundError:
@@ -157,7 +159,7 @@ def environment(ctx: dist_.Context) -> dict[str, Any]:
         device += f" ({torch.cuda.get_device_name(ctx.device)})"
     return {"python": platform.python_version(), "torch": torch.__version__, "pkmixer": version,
             **_source_commit(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "threads": torch.get_num_threads(), "device": device}
+            "threads": torch.get_num_threads(), "device": device, "layer_norm_kernel": kernels.describe("layer_norm")}
 
 
 # ---- the run ----------------------------------------------------------------------------------------------

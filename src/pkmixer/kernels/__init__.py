@@ -1,0 +1,108 @@
+"""Small C kernels, compiled with the system's C compiler on first use and cached.
+
+Each ``<name>.c`` beside this module is built once per machine into a shared library under the cache directory
+(``$PKMIXER_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/pkmixer/kernels``, else ``~/.cache/pkmixer/kernels``),
+named by a hash of its source, the compiler's version and the flags, and loaded with :mod:`ctypes`. The flags
+target the x86-64 level torch's own CPU kernels use on this machine (``-march=x86-64-v4`` with AVX-512,
+``x86-64-v3`` with AVX2, the compiler's default otherwise), with ``-ffp-contract=off`` so that the results do not
+depend on that level. Builds write to a temporary file and rename it, so concurrent processes (a sweep's workers)
+never load a half-written library.
+
+Where a kernel cannot be had - no compiler (``$CC``, else ``cc``), a failed build, an unwritable cache, or
+``PKMIXER_NATIVE_KERNELS=0`` - :func:`load` returns None once with a warning that says why, and the layers that
+use it run torch's own operators instead (same results up to float rounding). :func:`describe` is the line a
+run's environment records.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+SWITCH = "PKMIXER_NATIVE_KERNELS"
+_BASE_FLAGS = ("-O3", "-std=c99", "-shared", "-fPIC", "-ffp-contract=off")
+_LEVELS = {"AVX512": "-march=x86-64-v4", "AVX2": "-march=x86-64-v3"}
+
+
+def cache_dir() -> Path:
+    """Where built kernels are kept (module docstring)."""
+    if os.environ.get("PKMIXER_KERNEL_CACHE"):
+        return Path(os.environ["PKMIXER_KERNEL_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "pkmixer" / "kernels"
+
+
+def _flags() -> tuple[str, ...]:
+    level = _LEVELS.get(torch.backends.cpu.get_cpu_capability()) if platform.machine() in ("x86_64", "AMD64") else None
+    return (*_BASE_FLAGS, *((level,) if level else ()))
+
+
+def _compiler() -> tuple[str, str] | None:
+    """(the compiler's path, its version line), or None."""
+    found = shutil.which(os.environ.get("CC") or "cc")
+    if found is None:
+        return None
+    try:
+        done = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (found, done.stdout.splitlines()[0]) if done.returncode == 0 and done.stdout else None
+
+
+def _build(name: str) -> tuple[ctypes.CDLL, str]:
+    """Build (or find) and load ``<name>.c``: (the library, a line describing it); RuntimeError with the reason."""
+    if os.environ.get(SWITCH, "1") == "0":
+        raise RuntimeError(f"{SWITCH}=0")
+    compiler = _compiler()
+    if compiler is None:
+        raise RuntimeError(f"no C compiler ({os.environ.get('CC') or 'cc'}) on PATH")
+    source = resources.files(__name__).joinpath(f"{name}.c").read_bytes()
+    flags = _flags()
+    key = hashlib.sha256(b"\0".join([source, compiler[1].encode(), *(f.encode() for f in flags)])).hexdigest()[:16]
+    target = cache_dir() / f"{name}-{key}.so"
+    if not target.exists():
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+                src, out = Path(tmp) / f"{name}.c", Path(tmp) / f"{name}.so"
+                src.write_bytes(source)
+                done = subprocess.run([compiler[0], *flags, str(src), "-o", str(out), "-lm"], capture_output=True,
+                                      text=True, timeout=120)
+                if done.returncode != 0:
+                    last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+                    raise RuntimeError(f"{compiler[0]} failed: {last}")
+                os.replace(out, target)
+        except OSError as exc:
+            raise RuntimeError(f"cannot build under {target.parent}: {exc}") from None
+    return ctypes.CDLL(str(target)), f"{compiler[1]}, {' '.join(flags)}"
+
+
+@functools.cache
+def _loaded(name: str) -> tuple[ctypes.CDLL | None, str]:
+    try:
+        return _build(name)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        warnings.warn(f"pkmixer: the C kernel {name!r} is unavailable ({exc}); torch's operators run instead",
+                      RuntimeWarning, stacklevel=3)
+        return None, f"unavailable ({exc})"
+
+
+def load(name: str) -> ctypes.CDLL | None:
+    """The kernel library ``<name>.c``, built on first use; None where it cannot be had (module docstring)."""
+    return _loaded(name)[0]
+
+
+def describe(name: str) -> str:
+    """One line for a run's environment: the compiler and flags the kernel was built with, or why it is
+    unavailable."""
+    return _loaded(name)[1]

@@ -1,0 +1,117 @@
+/* LayerNorm over the last axis of a row-major (rows, n) float32 matrix, forward and backward, one thread.
+ *
+ * For the few channels of a narrow Mixer (n < 16), where torch's CPU kernel spends most of its time per row rather
+ * than per element. Each row is read once in the forward and once in the backward; the forward stores each row's
+ * mean and 1/σ for the backward, which recomputes them where it is given none. Every n below 16 has its own copy
+ * of the loops (the compiler unrolls them); sums run in a fixed order with no fused multiply-adds (the loader
+ * builds with -ffp-contract=off), so the results are the same on every x86-64 level. The weight and bias gradients
+ * accumulate per block of rows in float, and the blocks in double.
+ */
+#include <math.h>
+#include <stddef.h>
+
+#define BLOCK 256
+
+static inline __attribute__((always_inline)) void row_moments(const float* x, ptrdiff_t n, float eps, float* mean,
+                                                               float* rstd) {
+    float s = 0.0f;
+    for (ptrdiff_t j = 0; j < n; ++j) s += x[j];
+    const float m = s / (float)n;
+    float v = 0.0f;
+    for (ptrdiff_t j = 0; j < n; ++j) {
+        const float d = x[j] - m;
+        v += d * d;
+    }
+    *mean = m;
+    *rstd = 1.0f / sqrtf(v / (float)n + eps);
+}
+
+static inline __attribute__((always_inline)) void forward_rows(const float* x, const float* weight,
+                                                                const float* bias, float* y, float* mean,
+                                                                float* rstd, ptrdiff_t rows, ptrdiff_t n, float eps) {
+    for (ptrdiff_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        float m, rs;
+        row_moments(xr, n, eps, &m, &rs);
+        for (ptrdiff_t j = 0; j < n; ++j) yr[j] = (xr[j] - m) * rs * weight[j] + bias[j];
+        if (mean) {
+            mean[r] = m;
+            rstd[r] = rs;
+        }
+    }
+}
+
+/* grad_x = rstd (g - mean(g) - x̂ mean(g x̂)) with g = grad_y * weight; grad_weight = Σ_rows grad_y x̂,
+ * grad_bias = Σ_rows grad_y. */
+static inline __attribute__((always_inline)) void backward_rows(const float* grad_y, const float* x,
+                                                                 const float* mean, const float* rstd,
+                                                                 const float* weight, float* grad_x,
+                                                                 double* grad_weight, double* grad_bias,
+                                                                 ptrdiff_t rows, ptrdiff_t n, float eps) {
+    float gw[16], gb[16];
+    for (ptrdiff_t j = 0; j < n; ++j) grad_weight[j] = grad_bias[j] = 0.0;
+    for (ptrdiff_t start = 0; start < rows; start += BLOCK) {
+        const ptrdiff_t stop = start + BLOCK < rows ? start + BLOCK : rows;
+        for (ptrdiff_t j = 0; j < n; ++j) gw[j] = gb[j] = 0.0f;
+        for (ptrdiff_t r = start; r < stop; ++r) {
+            const float* gr = grad_y + r * n;
+            const float* xr = x + r * n;
+            float* out = grad_x + r * n;
+            float m, rs;
+            if (mean) {
+                m = mean[r];
+                rs = rstd[r];
+            } else {
+                row_moments(xr, n, eps, &m, &rs);
+            }
+            float xhat[16], g[16];
+            float a = 0.0f, c = 0.0f;
+            for (ptrdiff_t j = 0; j < n; ++j) {
+                xhat[j] = (xr[j] - m) * rs;
+                g[j] = gr[j] * weight[j];
+            }
+            for (ptrdiff_t j = 0; j < n; ++j) {
+                a += g[j];
+                c += g[j] * xhat[j];
+            }
+            a /= (float)n;
+            c /= (float)n;
+            for (ptrdiff_t j = 0; j < n; ++j) {
+                out[j] = rs * (g[j] - a - xhat[j] * c);
+                gw[j] += gr[j] * xhat[j];
+                gb[j] += gr[j];
+            }
+        }
+        for (ptrdiff_t j = 0; j < n; ++j) {
+            grad_weight[j] += gw[j];
+            grad_bias[j] += gb[j];
+        }
+    }
+}
+
+#define EACH_WIDTH(CALL) \
+    switch (n) { \
+        case 1: CALL(1); break; case 2: CALL(2); break; case 3: CALL(3); break; case 4: CALL(4); break; \
+        case 5: CALL(5); break; case 6: CALL(6); break; case 7: CALL(7); break; case 8: CALL(8); break; \
+        case 9: CALL(9); break; case 10: CALL(10); break; case 11: CALL(11); break; case 12: CALL(12); break; \
+        case 13: CALL(13); break; case 14: CALL(14); break; case 15: CALL(15); break; default: return 1; \
+    }
+
+/* mean and rstd may be NULL (not stored). Returns 1, doing nothing, unless 1 <= n < 16. */
+int pkmixer_layer_norm_forward(const float* x, const float* weight, const float* bias, float* y, float* mean,
+                               float* rstd, ptrdiff_t rows, ptrdiff_t n, float eps) {
+#define FORWARD(N) forward_rows(x, weight, bias, y, mean, rstd, rows, N, eps)
+    EACH_WIDTH(FORWARD)
+    return 0;
+}
+
+/* mean and rstd: the forward's, or NULL (recomputed). grad_weight and grad_bias are overwritten. Returns 1, doing
+ * nothing, unless 1 <= n < 16. */
+int pkmixer_layer_norm_backward(const float* grad_y, const float* x, const float* mean, const float* rstd,
+                                const float* weight, float* grad_x, double* grad_weight, double* grad_bias,
+                                ptrdiff_t rows, ptrdiff_t n, float eps) {
+#define BACKWARD(N) backward_rows(grad_y, x, mean, rstd, weight, grad_x, grad_weight, grad_bias, rows, N, eps)
+    EACH_WIDTH(BACKWARD)
+    return 0;
+}
