@@ -51,10 +51,10 @@ torch.set_num_threads(int(os.environ["PKMIXER_THREADS"]))
 
 
 # ---- under CI, a missing dependency is a failure, not a skip ----------------------------------------------
-# A test that skips because JAX/Flax, Ray, torchrun or Debian's Fashion-MNIST is missing would pass unnoticed
-# in CI: with env CI set, such a skip (at collection, setup or call; whatever its mechanism: importorskip,
+# A test that skips because JAX/Flax, Ray, torchrun, a C compiler or Debian's Fashion-MNIST is missing would pass
+# unnoticed in CI: with env CI set, such a skip (at collection, setup or call; whatever its mechanism: importorskip,
 # skipif, pytest.skip) is turned into a failure. Outside CI it stays a skip. `.ci/run` installs all of them.
-CI_REQUIRED = re.compile(r"\b(jax|flax|ray|torchrun|fashion-mnist)\b", re.IGNORECASE)
+CI_REQUIRED = re.compile(r"\b(jax|flax|ray|torchrun|fashion-mnist|C compiler)\b", re.IGNORECASE)
 
 
 def in_ci() -> bool:

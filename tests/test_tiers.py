@@ -1,5 +1,5 @@
 """The test tiers and CI's rule for skips (tests/conftest.py): under env CI, a skip for a missing JAX/Flax, Ray,
-torchrun or Fashion-MNIST is a failure; other skips, and any skip outside CI, stay skips."""
+torchrun, C compiler or Fashion-MNIST is a failure; other skips, and any skip outside CI, stay skips."""
 import pytest
 from _pytest.reports import CollectReport, TestReport
 
@@ -28,6 +28,7 @@ def _through_hook(hook, report, *args):
     "could not import 'flax': No module named 'flax'",
     "torchrun is not installed beside this Python",
     "Debian's dataset-fashion-mnist is not installed",
+    "no C kernel on this machine: needs a C compiler (cc)",
 ])
 def test_missing_dependency_skips_fail_under_ci(monkeypatch, reason):
     monkeypatch.setenv("CI", "true")
@@ -39,7 +40,8 @@ def test_missing_dependency_skips_fail_under_ci(monkeypatch, reason):
 
 def test_other_skips_and_skips_outside_ci_stay_skips(monkeypatch):
     monkeypatch.setenv("CI", "1")
-    for reason in ["needs a machine without CUDA", "the death-signal bootstrap is Linux-only", "an array of x-rays"]:
+    for reason in ["needs a machine without CUDA", "the death-signal bootstrap is Linux-only", "an array of x-rays",
+                   "x86-64 levels only"]:
         assert _through_hook(conftest.pytest_runtest_makereport, _skipped(reason), None, None).skipped
     xfail = _skipped("Ray is flaky here")
     xfail.wasxfail = "Ray is flaky here"
