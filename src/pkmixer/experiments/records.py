@@ -1,11 +1,11 @@
 """Results kept as data: one small JSON file per finished run under the repository's ``reproduction/`` folder.
 
 A record is the run's results-table row (:func:`pkmixer.experiments.sweep.run_row`: its meta, final metrics, the
-validation-selected epoch and its test error, every epoch's training, validation and test loss and error, its probes'
-numbers, the environment it ran in - torch, Python, pkmixer, commit, CPU ISA and threads) with its whole config, a
-key that identifies the config (:func:`run_key`: the config without the keys that do not change a result, and the
-probes) and the hash of the rules of the preset that decided with it (:meth:`pkmixer.experiments.preset.Preset.
-rules_hash`). No checkpoints, no Gram matrices: a few kB a run.
+validation-selected epoch and its test error, every epoch's training, validation and test loss and error, its
+probes' numbers, the environment it ran in - torch, Python, pkmixer, commit, CPU ISA, threads, the C LayerNorm's
+build) with its whole config, a key that identifies the config (:func:`run_key`: the config without the keys that do
+not change a result, and the probes) and the hash of the rules of the preset that decided with it
+(:meth:`pkmixer.experiments.preset.Preset.rules_hash`). No checkpoints, no Gram matrices: a few kB a run.
 
 ``pkmixer reproduce`` reads the records first and hands :func:`pkmixer.experiments.sweep.run_sweep` only the runs
 they do not hold (:func:`split_held`), so that a sweep on another machine skips what is recorded; it writes the
