@@ -9,8 +9,8 @@ depend on that level. Builds write to a temporary file and rename it, so concurr
 never load a half-written library.
 
 Where a kernel cannot be had - no compiler (``$CC``, else ``cc``), a failed build, an unwritable cache, or
-``PKMIXER_NATIVE_KERNELS=0`` - :func:`load` returns None once with a warning that says why, and the layers that
-use it run torch's own operators instead (same results up to float rounding). :func:`describe` is the line a
+``PKMIXER_NATIVE_KERNELS=0`` - :func:`load` returns None, the first time with a warning that says why, and the
+layers that use it run torch's own operators instead (same results up to float rounding). :func:`describe` is the line a
 run's environment records.
 """
 from __future__ import annotations
@@ -92,17 +92,24 @@ def _loaded(name: str) -> tuple[ctypes.CDLL | None, str]:
     try:
         return _build(name)
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-        warnings.warn(f"pkmixer: the C kernel {name!r} is unavailable ({exc}); torch's operators run instead",
-                      RuntimeWarning, stacklevel=3)
         return None, f"unavailable ({exc})"
 
 
+_warned: set[str] = set()
+
+
 def load(name: str) -> ctypes.CDLL | None:
-    """The kernel library ``<name>.c``, built on first use; None where it cannot be had (module docstring)."""
-    return _loaded(name)[0]
+    """The kernel library ``<name>.c``, built on first use; None where it cannot be had, with a warning the first
+    time (module docstring)."""
+    lib, line = _loaded(name)
+    if lib is None and name not in _warned:
+        _warned.add(name)
+        warnings.warn(f"pkmixer: the C kernel {name!r} is {line}; torch's operators run instead", RuntimeWarning,
+                      stacklevel=3)
+    return lib
 
 
 def describe(name: str) -> str:
     """One line for a run's environment: the compiler and flags the kernel was built with, or why it is
-    unavailable."""
+    unavailable (without a warning: a run whose model does not use the kernel records it too)."""
     return _loaded(name)[1]
