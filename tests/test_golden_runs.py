@@ -1,10 +1,12 @@
 """Recorded training numbers: small solo, stacked and resumed runs (with and without a validation split) whose every
 metrics row - ``epoch_time`` aside - must stay what it was when ``tests/data/golden_runs.json`` was written, so
 that a change to the trainer that is meant to leave results alone is shown to. Float rounding differs between
-CPU kernels (AVX2, AVX-512) and torch releases, so the comparison runs only where both match the recording.
+CPU kernels (AVX2, AVX-512) and torch releases, so the file holds one record per environment, and the comparison
+runs where one matches this machine's.
 
-Regenerate (only when results are meant to change, and say so in the commit):
-``python tests/test_golden_runs.py tests/data/golden_runs.json``."""
+Record this machine's environment, or regenerate its record (only when results are meant to change, and say so in
+the commit; then regenerate every environment's record that can be had): ``python tests/test_golden_runs.py
+tests/data/golden_runs.json``."""
 import json
 import sys
 from pathlib import Path
@@ -56,11 +58,20 @@ def train_all(root: Path) -> dict:
     return out
 
 
+def _records(path: Path = RECORD) -> list[dict]:
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    return data["records"] if "records" in data else [data]  # one environment, as first written
+
+
 @pytest.mark.slow  # 18 small runs, about 30 s
 def test_metrics_rows_are_the_recorded_ones(tmp_path):
-    record = json.loads(RECORD.read_text())
-    if record["environment"] != _environment():
-        pytest.skip(f"recorded with {record['environment']}; this machine has {_environment()}: float rounding differs")
+    here = _environment()
+    record = next((r for r in _records() if r["environment"] == here), None)
+    if record is None:
+        pytest.skip(f"recorded with {[r['environment'] for r in _records()]}; this machine has {here}: float "
+                    "rounding differs")
     runs = train_all(tmp_path)
     assert runs.keys() == record["runs"].keys()
     for name, rows in runs.items():
@@ -71,5 +82,6 @@ if __name__ == "__main__":
     import tempfile
 
     with tempfile.TemporaryDirectory() as where:
-        Path(sys.argv[1]).write_text(json.dumps({"environment": _environment(), "runs": train_all(Path(where))},
-                                                indent=1, sort_keys=True) + "\n")
+        ours = {"environment": _environment(), "runs": train_all(Path(where))}
+    others = [r for r in _records(Path(sys.argv[1])) if r["environment"] != ours["environment"]]
+    Path(sys.argv[1]).write_text(json.dumps({"records": [*others, ours]}, indent=1, sort_keys=True) + "\n")
