@@ -629,7 +629,7 @@ def test_layer_norm_kernel_is_bit_identical_across_x86_levels(tmp_path):
         g = torch.Generator().manual_seed(0)
         x, w, b, grad = (torch.randn(*s, generator=g) for s in ((300, 7), (7,), (7,), (300, 7)))
         y, gx = torch.empty_like(x), torch.empty_like(x)
-        gw, gb = torch.empty(7, dtype=F64), torch.empty(7, dtype=F64)
+        gw, gb = torch.empty(7), torch.empty(7)
         so.pkmixer_layer_norm_forward.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_ssize_t] * 2 + [ctypes.c_float]
         so.pkmixer_layer_norm_backward.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_ssize_t] * 2 + [ctypes.c_float]
         assert so.pkmixer_layer_norm_forward(x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), None, None,

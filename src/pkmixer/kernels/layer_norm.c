@@ -5,7 +5,7 @@
  * mean and 1/σ for the backward, which recomputes them where it is given none. Every n below 16 has its own copy
  * of the loops (the compiler unrolls them); sums run in a fixed order with no fused multiply-adds (the loader
  * builds with -ffp-contract=off), so the results are the same on every x86-64 level. The weight and bias gradients
- * accumulate per block of rows in float, and the blocks in double.
+ * accumulate per block of rows in float, and the blocks in double, rounded to float at the end.
  */
 #include <math.h>
 #include <stddef.h>
@@ -47,10 +47,11 @@ static inline __attribute__((always_inline)) void forward_rows(const float* x, c
 static inline __attribute__((always_inline)) void backward_rows(const float* grad_y, const float* x,
                                                                  const float* mean, const float* rstd,
                                                                  const float* weight, float* grad_x,
-                                                                 double* grad_weight, double* grad_bias,
+                                                                 float* grad_weight, float* grad_bias,
                                                                  ptrdiff_t rows, ptrdiff_t n, float eps) {
     float gw[16], gb[16];
-    for (ptrdiff_t j = 0; j < n; ++j) grad_weight[j] = grad_bias[j] = 0.0;
+    double sum_gw[16], sum_gb[16];
+    for (ptrdiff_t j = 0; j < n; ++j) sum_gw[j] = sum_gb[j] = 0.0;
     for (ptrdiff_t start = 0; start < rows; start += BLOCK) {
         const ptrdiff_t stop = start + BLOCK < rows ? start + BLOCK : rows;
         for (ptrdiff_t j = 0; j < n; ++j) gw[j] = gb[j] = 0.0f;
@@ -84,9 +85,13 @@ static inline __attribute__((always_inline)) void backward_rows(const float* gra
             }
         }
         for (ptrdiff_t j = 0; j < n; ++j) {
-            grad_weight[j] += gw[j];
-            grad_bias[j] += gb[j];
+            sum_gw[j] += gw[j];
+            sum_gb[j] += gb[j];
         }
+    }
+    for (ptrdiff_t j = 0; j < n; ++j) {
+        grad_weight[j] = (float)sum_gw[j];
+        grad_bias[j] = (float)sum_gb[j];
     }
 }
 
@@ -109,7 +114,7 @@ int pkmixer_layer_norm_forward(const float* x, const float* weight, const float*
 /* mean and rstd: the forward's, or NULL (recomputed). grad_weight and grad_bias are overwritten. Returns 1, doing
  * nothing, unless 1 <= n < 16. */
 int pkmixer_layer_norm_backward(const float* grad_y, const float* x, const float* mean, const float* rstd,
-                                const float* weight, float* grad_x, double* grad_weight, double* grad_bias,
+                                const float* weight, float* grad_x, float* grad_weight, float* grad_bias,
                                 ptrdiff_t rows, ptrdiff_t n, float eps) {
 #define BACKWARD(N) backward_rows(grad_y, x, mean, rstd, weight, grad_x, grad_weight, grad_bias, rows, N, eps)
     EACH_WIDTH(BACKWARD)

@@ -55,7 +55,8 @@ def kernel_applies(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Ten
     """Whether the C kernel computes this LayerNorm: float32 CPU tensors, 1 to 15 channels (``KERNEL_WIDTHS``)
     with a weight and a bias, one intra-op thread, and a kernel built on this machine (:mod:`pkmixer.kernels`)."""
     return (weight is not None and bias is not None and torch.get_num_threads() == 1
-            and all(t.device.type == "cpu" and t.dtype == torch.float32 for t in (x, weight, bias))
+            and x.dtype == weight.dtype == bias.dtype == torch.float32
+            and x.device.type == weight.device.type == bias.device.type == "cpu"
             and x.dim() >= 1 and x.shape[-1] in KERNEL_WIDTHS and weight.shape == bias.shape == x.shape[-1:]
             and _kernel() is not None)
 
@@ -83,12 +84,11 @@ def _backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: fl
     """(grad_x, grad_weight, grad_bias), from the forward's moments or recomputing them."""
     grad, x, weight = grad.contiguous(), x.contiguous(), weight.contiguous()
     n = x.shape[-1]
-    grad_x = torch.empty_like(x)
-    grad_weight, grad_bias = torch.empty(n, dtype=torch.float64), torch.empty(n, dtype=torch.float64)
+    grad_x, grad_weight, grad_bias = torch.empty_like(x), torch.empty_like(weight), torch.empty_like(weight)
     _kernel().pkmixer_layer_norm_backward(grad.data_ptr(), x.data_ptr(), _pointer(mean), _pointer(rstd),
                                           weight.data_ptr(), grad_x.data_ptr(), grad_weight.data_ptr(),
                                           grad_bias.data_ptr(), x.numel() // n, n, eps)
-    return grad_x, grad_weight.to(weight.dtype), grad_bias.to(weight.dtype)
+    return grad_x, grad_weight, grad_bias
 
 
 def _torch_grads(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float
@@ -106,9 +106,9 @@ def _torch_grads(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps:
 
 def _grads(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
            needs: tuple[bool, ...], mean: torch.Tensor, rstd: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-    """The kernel's gradients; torch's where the backward is recorded (``create_graph=True``) or the kernel no
-    longer applies (the thread count changed since the forward)."""
-    if not torch.is_grad_enabled() and kernel_applies(x, weight, bias):
+    """The kernel's gradients (the forward ran it); torch's where the backward is recorded (``create_graph=True``)
+    or the thread count changed since the forward."""
+    if not torch.is_grad_enabled() and torch.get_num_threads() == 1:
         found = _backward(grad, x, weight, eps, mean, rstd)
     else:
         found = _torch_grads(grad, x, weight, eps)
