@@ -86,6 +86,8 @@ class Preset(ABC):
     rule_names: tuple[str, ...] = ()  # the module constants that are this preset's rules, where its module is shared
     testable: bool = True  # False: no run of this repository can decide the claim (existential, other data sets)
     untestable_reason: str = ""
+    # why analyze() needs more than the records keep (files in the run directories), or "" where they suffice
+    beyond_records: str = ""
 
     def regime(self, scale: str, dataset: str | None):
         """The claim's regime at ``scale`` (:class:`pkmixer.experiments.regime.Regime`), None where none is

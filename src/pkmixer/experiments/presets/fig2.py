@@ -110,6 +110,8 @@ class Fig2(Preset):
     rule_names = ("SPARSE_RULE", "PEAK_RULE")
     decided_on = "CKA of the final weights"
     decided_on_why = "App. C.1 computes CKA among features of the trained networks"
+    beyond_records = ("its CKA reads each run's Gram matrices (grams.npz, 3.8 MB a run at medium scale), which the "
+                      "records do not keep")
 
     def regime(self, scale: str, dataset: str | None) -> Regime | None:
         if scale != "medium":
