@@ -374,3 +374,38 @@ def test_reproduce_with_epochs_records_into_its_budgets_folder(tmp_path, monkeyp
     rp.reproduce("fig2d", scale="medium", backend="ray", epochs=30, out=tmp_path / "sweep",
                  records=tmp_path / "reproduction", log=lambda line: None)
     assert [p.name for p in (tmp_path / "reproduction").iterdir()] == ["fig2d-medium-e30-fashion-mnist"]
+
+
+def test_fig2_is_decided_from_its_records_alone(tmp_path):
+    """fig2's CKA needs two runs' Gram matrices: derive() computes each SW-MLP's CKA against its Mixer once the
+    sweep is done and the records keep it, so that the analysis without any run directory (as `pkmixer reproduce
+    --docs` makes it) is the analysis from the Gram matrices, number for number; a pairing with a Mixer whose
+    record key has changed is refused (the Gram matrices are read again, here absent)."""
+    from pkmixer.errors import ConfigError
+    from pkmixer.experiments.sweep import run_sweep
+
+    preset = get_preset("fig2")
+    specs = preset.runs("smoke", None)
+    sweep = tmp_path / "sweep"
+    ran = run_sweep(specs, sweep, workers=1, threads=1, progress=False)
+    rows = [{**r, "key": records.run_key(s)} for s, r in zip(specs, ran)]
+    from_grams = preset.analyze(rows, sweep, "smoke")
+    derived = preset.derive(rows, sweep)
+    assert set(derived) == {s.name for s in specs if s.meta["model"] == "SW-MLP"}
+    folder = tmp_path / "reproduction"
+    records.write_records(folder, specs, ran, preset="fig2", scale="smoke", dataset="digits", rules="r")
+    for s in specs:
+        if s.name in derived:
+            assert records.add_fields(folder, s, derived[s.name], preset="fig2", scale="smoke", dataset="digits")
+            assert records.add_fields(folder, s, derived[s.name], preset="fig2", scale="smoke",
+                                      dataset="digits") is None  # already there
+    kept = records.rows_for(specs, records.load_records(folder))
+    assert len(kept) == len(specs) and all("cka" in r for r in kept if r["model"] == "SW-MLP")
+    from_records = preset.analyze(kept, tmp_path / "nowhere", "smoke")
+    assert from_records.numbers == from_grams.numbers and from_records.tables == from_grams.tables
+    assert [v.__dict__ for v in from_records.verdicts] == [v.__dict__ for v in from_grams.verdicts]
+    changed = [{**r, "key": "another"} if r["model"] == "MLP-Mixer" else r for r in kept]
+    with pytest.raises(ConfigError, match="no stored CKA Gram matrices"):
+        preset.analyze(changed, tmp_path / "nowhere", "smoke")
+    other = type(specs[-1])(specs[-1].name, specs[-1].config.override({"schedule.epochs": 3}), specs[-1].meta)
+    assert records.add_fields(folder, other, {"cka": {}}, preset="fig2", scale="smoke", dataset="digits") is None

@@ -61,8 +61,7 @@ def test_the_medium_verdicts_table_has_a_row_for_exactly_the_presets_with_a_medi
 
 
 def test_every_verdict_row_is_an_outcome_and_unrecorded_ones_show_no_estimate():
-    """Every row of the verdict table is an outcome; a preset whose runs are not all recorded (or that is decided
-    without them) shows no estimate."""
+    """Every row of the verdict table is an outcome; a preset whose runs are not all recorded shows no estimate."""
     from pkmixer.experiments import docs
 
     block = docs.current_block(DOC)
@@ -73,10 +72,8 @@ def test_every_verdict_row_is_an_outcome_and_unrecorded_ones_show_no_estimate():
             seen.add(cells[0])
             decision = cells[4]
             assert decision.startswith(("not run yet under this design", "out of regime", "not testable here",
-                                        "supported", "contradicted", "undecided", "not converged",
-                                        docs.NOT_FROM_RECORDS)), decision
-            if decision.startswith(("not run yet", "out of regime (without training", "not testable here",
-                                    docs.NOT_FROM_RECORDS)):
+                                        "supported", "contradicted", "undecided", "not converged")), decision
+            if decision.startswith(("not run yet", "out of regime (without training", "not testable here")):
                 assert cells[3] == "-", line
     assert seen == {p.name for p in list_presets() if "medium" in p.scales}
 

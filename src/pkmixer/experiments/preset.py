@@ -86,8 +86,13 @@ class Preset(ABC):
     rule_names: tuple[str, ...] = ()  # the module constants that are this preset's rules, where its module is shared
     testable: bool = True  # False: no run of this repository can decide the claim (existential, other data sets)
     untestable_reason: str = ""
-    # why analyze() needs more than the records keep (files in the run directories), or "" where they suffice
-    beyond_records: str = ""
+
+    def derive(self, rows: list[dict], sweep_dir: Path) -> dict[str, dict]:
+        """Run name -> numbers to add to that run's row (and record) that need files a record does not keep - other
+        runs' arrays in ``sweep_dir`` - computed once every run has finished; {} here. Each row has its record
+        ``key`` (:func:`pkmixer.experiments.records.run_key`), so that a number that pairs two runs can name its
+        partner's, and an analysis can refuse a pairing with a run that has since changed."""
+        return {}
 
     def regime(self, scale: str, dataset: str | None):
         """The claim's regime at ``scale`` (:class:`pkmixer.experiments.regime.Regime`), None where none is

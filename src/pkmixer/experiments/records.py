@@ -5,7 +5,9 @@ validation-selected epoch and its test error, every epoch's training, validation
 probes' numbers, the environment it ran in - torch, Python, pkmixer, commit, CPU ISA, threads, the C LayerNorm's
 build) with its whole config, a key that identifies the config (:func:`run_key`: the config without the keys that do
 not change a result, and the probes) and the hash of the rules of the preset that decided with it
-(:meth:`pkmixer.experiments.preset.Preset.rules_hash`). No checkpoints, no Gram matrices: a few kB a run.
+(:meth:`pkmixer.experiments.preset.Preset.rules_hash`), and the numbers a preset derives from several runs' files
+once its sweep is done (:meth:`~pkmixer.experiments.preset.Preset.derive`: fig2's CKA against its Mixer, :func:`add_fields`).
+No checkpoints, no Gram matrices: a few kB a run.
 
 ``pkmixer reproduce`` reads the records first and hands :func:`pkmixer.experiments.sweep.run_sweep` only the runs
 they do not hold (:func:`split_held`), so that a sweep on another machine skips what is recorded; it writes the
@@ -85,12 +87,12 @@ def load_records(folder: Path | None) -> dict[str, dict]:
 
 def split_held(specs: Sequence[RunSpec], records: dict[str, dict]) -> tuple[list[RunSpec], dict[str, dict]]:
     """(the specs the records do not hold as done, run name -> the row of each held one, with this spec's name and
-    meta)."""
+    meta and the record's key)."""
     todo, held = [], {}
     for spec in specs:
         record = records.get(run_key(spec))
         if record is not None and record["row"].get("status") in DONE:
-            held[spec.name] = {**record["row"], **spec.meta, "run": spec.name, "recorded": True}
+            held[spec.name] = {**record["row"], **spec.meta, "run": spec.name, "recorded": True, "key": record["key"]}
         else:
             todo.append(spec)
     return todo, held
@@ -119,6 +121,25 @@ def write_records(folder: Path, specs: Sequence[RunSpec], rows: Sequence[dict], 
                                                indent=1, sort_keys=True, default=str) + "\n")
         written.append(path)
     return written
+
+
+def add_fields(folder: Path, spec: RunSpec, fields: dict[str, Any], *, preset: str, scale: str,
+               dataset: str | None, epochs: int | None = None) -> Path | None:
+    """Add ``fields`` (:meth:`~pkmixer.experiments.preset.Preset.derive`'s numbers) to the row of ``spec``'s record
+    in the sweep's sub-folder; returns the file, or None where it holds no record of this config (or already these
+    values)."""
+    path = folder / folder_name(preset, scale, dataset, epochs) / f"{spec.name}.json"
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("key") != run_key(spec) or not isinstance(record.get("row"), dict):
+        return None
+    if all(record["row"].get(k) == v for k, v in fields.items()):
+        return None
+    record["row"] = {**record["row"], **fields}
+    write_text_atomically(path, json.dumps(record, indent=1, sort_keys=True, default=str) + "\n")
+    return path
 
 
 def rows_for(specs: Sequence[RunSpec], records: dict[str, dict]) -> list[dict]:

@@ -40,8 +40,10 @@ REPORT_DIR = "report"
 
 
 def fingerprint(rows: Sequence[dict], **context: Any) -> str:
-    """A hash of the rows and their context (preset, scale, data set): equal inputs, equal report."""
-    text = json.dumps({"rows": list(rows), **context}, sort_keys=True, default=str)
+    """A hash of the rows and their context (preset, scale, data set): equal inputs, equal report. A row's record
+    ``key`` is left out: it names the config, not a result."""
+    text = json.dumps({"rows": [{k: v for k, v in row.items() if k != "key"} for row in rows], **context},
+                      sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

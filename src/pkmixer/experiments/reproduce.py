@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import ConfigError
 from .preset import Preset, get_preset, seeds_in
 from .report import write_report
-from .records import folder_name, load_records, records_dir, split_held, write_records
+from .records import add_fields, folder_name, load_records, records_dir, run_key, split_held, write_records
 from .sweep import BACKENDS, RunSpec, load_rows, read_sweep, run_sweep, unfinished
 
 ALWAYS_THERE = ("digits", "synthetic")  # generated or bundled: nothing to look for
@@ -99,7 +99,8 @@ def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, da
     stacked jobs
     (:func:`~pkmixer.experiments.sweep.run_sweep`). ``compile_mode`` trains every run compiled in that mode
     (:func:`compiled_runs`). ``records``: the folder of kept results (None: :func:`~.records.records_dir`, "" for
-    none): the runs it holds are not run again, and at medium scale the runs finished here are written to it.
+    none): the runs it holds are not run again, and at medium scale the runs finished here are written to it, with
+    the numbers the preset derives from several runs' files (:meth:`~.preset.Preset.derive`) once all have finished.
     A run's record is keyed by its config, so a record made with other epochs or on another data set is not taken."""
     if backend not in BACKENDS:
         raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -138,7 +139,7 @@ def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, da
                     log=log, threads=threads, info=info, stack=stack,
                     on_row=record if keep else None) if todo or not held else []
     by_name = {r["run"]: r for r in ran}
-    rows = [held.get(s.name) or by_name[s.name] for s in specs]
+    rows = [held.get(s.name) or {**by_name[s.name], "key": run_key(s)} for s in specs]
     if keep and ran:  # runs that ended before this call (a resumed sweep) are recorded here
         done = {path.stem for path in written}
         written += write_records(folder, todo, [r for r in ran if r["run"] not in done], preset=name, scale=scale,
@@ -150,6 +151,14 @@ def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, da
                               "runs": len(rows), "finished": sum(r["status"] == "finished" for r in rows)}
     if left:
         return {**result, "failed": [{"run": r["run"], "status": r["status"], "error": r["error"]} for r in left]}
+    derived = preset.derive(rows, sweep_dir)
+    if derived:
+        rows = [{**r, **derived.get(r["run"], {})} for r in rows]
+        if keep:
+            added = [path for s in specs if s.name in derived for path in [add_fields(
+                folder, s, derived[s.name], preset=name, scale=scale, dataset=dataset, epochs=epochs)] if path]
+            if added:
+                log(f"records: {len(added)} runs' records given the numbers derived from the sweep's files")
     analysis = preset.analyze(rows, sweep_dir, scale)
     report = write_report(analysis, sweep_dir, preset=preset, scale=scale, dataset=dataset, command=info["command"],
                           rows=rows, overwrite=overwrite)

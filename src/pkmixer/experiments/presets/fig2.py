@@ -17,7 +17,8 @@ density p, one line per Mixer size, with the Mixer's own density (1/S + 1/C)/2; 
 the SW-MLP at the density nearest the Mixer's and against the dense one (Fig. 2b, c). CKA pairs a Mixer and an
 SW-MLP of the same seed, on the first test images, with the final weights (the trained networks, not the epoch
 picked by test error): each run stores its features' Gram matrices when it finishes (the ``grams-<B>x<n>``
-probe of :mod:`pkmixer.experiments.probes`), and the report computes CKA from them. Verdict, per Mixer size
+probe of :mod:`pkmixer.experiments.probes`); once the sweep is done each SW-MLP run's CKA matrix against its Mixer
+is computed from them and kept in its row and record (:meth:`Fig2.derive`), so that the records alone decide. Verdict, per Mixer size
 (rules :data:`SPARSE_RULE`, :data:`PEAK_RULE`, paired bootstrap over seeds): CKA at the Mixer's density minus
 the dense SW-MLP's > 0, and the highest mean CKA over the sparse densities minus the dense one's > 0.
 
@@ -53,6 +54,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ...analysis.cka import CKAResult, cka_from_grams
+from ...train.rundir import RunDir
 from ..preset import Analysis, Preset, register_preset
 from ..probes import load_grams
 from ..regime import Departures, Quantity, Regime
@@ -110,8 +112,6 @@ class Fig2(Preset):
     rule_names = ("SPARSE_RULE", "PEAK_RULE")
     decided_on = "CKA of the final weights"
     decided_on_why = "App. C.1 computes CKA among features of the trained networks"
-    beyond_records = ("its CKA reads each run's Gram matrices (grams.npz, 3.8 MB a run at medium scale), which the "
-                      "records do not keep")
 
     def regime(self, scale: str, dataset: str | None) -> Regime | None:
         if scale != "medium":
@@ -148,20 +148,35 @@ class Fig2(Preset):
                 specs += self.seeded(f"swmlp-s{size}-p{n}", sw, meta, scale, probes)
         return recipes.seed_structures(specs)
 
+    def derive(self, rows: list[dict], sweep_dir: Path) -> dict[str, dict]:
+        """Each SW-MLP run's CKA matrix against the Mixer of its size and seed, from the two runs' Gram matrices
+        in ``sweep_dir`` (pairs without them are left out), with the Mixer's record key: kept in the SW-MLP's
+        record, so that the analysis needs no run directory."""
+        sweep, out = SweepDir(Path(sweep_dir)), {}
+        for mixer_row, sw_row in _pairs(finished(rows)):
+            runs = [sweep.run(r["run"]) for r in (mixer_row, sw_row)]
+            if mixer_row.get("key") and all(RunDir(run).grams.is_file() for run in runs):
+                result = _cka(load_grams(runs[0]), load_grams(runs[1]), _labels(sw_row))
+                out[sw_row["run"]] = {"cka": {**result.as_dict(), "mixer": mixer_row["key"]}}
+        return out
+
     def analyze(self, rows: list[dict], sweep_dir: Path, scale: str) -> Analysis:
         rows = finished(rows)
         sweep = SweepDir(Path(sweep_dir))
-        mixers = {(r["size"], r["seed"]): r for r in rows if r["model"] == "MLP-Mixer"}
-        cka_rows, matrices = [], {}
-        for (size, seed), mixer_row in sorted(mixers.items()):
-            mixer = load_grams(sweep.run(mixer_row["run"]))
-            for r in rows:
-                if r["model"] == "SW-MLP" and r["size"] == size and r["seed"] == seed:
-                    labels = ("MLP-Mixer", f"SW-MLP p={r['density']:.3g}")
-                    result = _cka(mixer, load_grams(sweep.run(r["run"])), labels)
-                    cka_rows.append({"size": size, "seed": seed, "density": r["density"],
-                                     "cka_diagonal_mean": result.diagonal_mean})
-                    matrices[(size, seed, r["density"])] = result
+        cka_rows, matrices, grams = [], {}, {}
+        for mixer_row, r in _pairs(rows):
+            size, seed = mixer_row["size"], mixer_row["seed"]
+            stored = r.get("cka")
+            if isinstance(stored, dict) and stored.get("mixer") and stored["mixer"] == mixer_row.get("key"):
+                result = CKAResult(**{**{k: v for k, v in stored.items() if k != "mixer"},
+                                      "matrix": np.asarray(stored["matrix"], dtype=np.float64)})
+            else:  # no derived CKA (or one paired with a Mixer since changed): the runs' Gram matrices
+                if mixer_row["run"] not in grams:
+                    grams[mixer_row["run"]] = load_grams(sweep.run(mixer_row["run"]))
+                result = _cka(grams[mixer_row["run"]], load_grams(sweep.run(r["run"])), _labels(r))
+            cka_rows.append({"size": size, "seed": seed, "density": r["density"],
+                             "cka_diagonal_mean": result.diagonal_mean})
+            matrices[(size, seed, r["density"])] = result
         points = aggregate(cka_rows, ["size", "density"], "cka_diagonal_mean")
         table = [{"size": p["size"], "density": p["density"], "cka_mean": p["mean"], "cka_std": p["std"],
                   "seeds": p["n"]} for p in sorted(points, key=lambda p: (-p["size"], -p["density"]))]
@@ -215,6 +230,17 @@ def _cka_verdicts(cka_rows: list[dict], size: int, nearest: float) -> list:
                         f"{nearest:.3g}) is more similar than the dense one", quote=QUOTE_SPARSE),
             dataclasses.replace(peak, quote=str(QUOTE_PEAK), extra="a maximum over densities leans high, towards "
                                 "the claim: this part errs towards supported")]
+
+
+def _pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
+    """(Mixer row, SW-MLP row) of the same size and seed, Mixers in order of (size, seed), SW-MLPs in row order."""
+    mixers = {(r["size"], r["seed"]): r for r in rows if r["model"] == "MLP-Mixer"}
+    return [(mixer, r) for (size, seed), mixer in sorted(mixers.items()) for r in rows
+            if r["model"] == "SW-MLP" and r["size"] == size and r["seed"] == seed]
+
+
+def _labels(sw_row: dict) -> tuple[str, str]:
+    return "MLP-Mixer", f"SW-MLP p={sw_row['density']:.3g}"
 
 
 def _cka(a: tuple[list[str], np.ndarray], b: tuple[list[str], np.ndarray], labels: tuple[str, str]) -> CKAResult:
