@@ -376,6 +376,35 @@ def test_reproduce_with_epochs_records_into_its_budgets_folder(tmp_path, monkeyp
     assert [p.name for p in (tmp_path / "reproduction").iterdir()] == ["fig2d-medium-e30-fashion-mnist"]
 
 
+def test_reproduce_adds_what_a_preset_derives_to_the_rows_and_records(tmp_path, monkeypatch):
+    """Once every run has finished, `pkmixer reproduce` hands Preset.derive the rows (each with its record key) and
+    adds its numbers to the rows the analysis reads and to the runs' records (the sweep itself faked)."""
+    from pkmixer.experiments import reproduce as rp
+
+    def fake_sweep(specs, sweep_dir, on_row=None, **kw):
+        rows = _rows(specs, lambda meta: 0.10)
+        for spec, row in zip(specs, rows):
+            on_row(spec, row)
+        return rows
+
+    preset = get_preset("fig2d")
+    seen = {}
+
+    def derive(self, rows, sweep_dir):
+        seen.update({r["run"]: r["key"] for r in rows})
+        return {rows[0]["run"]: {"derived": 1.5}}
+
+    monkeypatch.setattr(rp, "run_sweep", fake_sweep)
+    monkeypatch.setattr(type(preset), "derive", derive)
+    rp.reproduce("fig2d", scale="medium", backend="ray", out=tmp_path / "sweep", records=tmp_path / "reproduction",
+                 log=lambda line: None)
+    specs = preset.runs("medium", None)
+    assert seen == {s.name: records.run_key(s) for s in specs}
+    kept = {p.stem: json.loads(p.read_text())["row"] for p in (tmp_path / "reproduction").glob("*/*.json")}
+    assert kept[specs[0].name]["derived"] == 1.5 and all("derived" not in r for n, r in kept.items()
+                                                         if n != specs[0].name)
+
+
 def test_fig2_is_decided_from_its_records_alone(tmp_path):
     """fig2's CKA needs two runs' Gram matrices: derive() computes each SW-MLP's CKA against its Mixer once the
     sweep is done and the records keep it, so that the analysis without any run directory (as `pkmixer reproduce
