@@ -7,7 +7,7 @@ a point's cost is its median step time over its training FLOPs (torch.utils.flop
 its ratio is that cost over the square model's (C = S) of the same family. A ratio of 1 means a narrow model pays per multiply-add what the square one does. Each
 model is timed in the same loop beside a copy whose stem is torch's ``nn.Conv2d`` (the peer of the stem's fast path,
 :class:`pkmixer.layers.patch.PatchConv`) and a copy whose LayerNorms are all torch's ``nn.LayerNorm`` (the peer of
-:class:`pkmixer.layers.norm.NarrowLayerNorm`, the C kernel a model uses below 8 channels; from 8 up the two are
+:class:`pkmixer.layers.norm.NarrowLayerNorm`, the C kernel a model uses below 16 channels; from 16 up the two are
 the same model, a control of the loop).
 
 LayerNorm over few channels: torch's kernel against five other formulations (a ``var_mean`` decomposition,

@@ -460,7 +460,7 @@ def _kernel_or_skip():
 @pytest.mark.parametrize("shape", [(6, 37), (50,), (2, 3, 5)])
 def test_narrow_layer_norm_equals_torchs(one_thread, C, shape):
     """NarrowLayerNorm (the C kernel, one thread, float32) is nn.LayerNorm within float32 rounding: values and the
-    gradients of input, weight and bias, for every width the kernel has code for (1 to 15; models use it below 8)
+    gradients of input, weight and bias, for every width the kernel has code for (1 to 15, all that models use it for)
     and any leading shape. Over two channels the
     input gradient is 0 but for ε (the normalised row is ±1), so both kernels give only rounding there."""
     from pkmixer.layers.norm import NarrowLayerNorm, kernel_applies
@@ -496,7 +496,7 @@ def test_narrow_layer_norm_takes_any_layout_and_empty_batches(one_thread):
     assert empty.grad.shape == (0, 8) and ours.weight.grad is not None
 
 
-def test_layer_norm_factory_keeps_torchs_module_from_8_channels_and_the_state_dict():
+def test_layer_norm_factory_keeps_torchs_module_from_16_channels_and_the_state_dict():
     from pkmixer.layers.norm import NARROW_NORM, NarrowLayerNorm, layer_norm
 
     assert type(layer_norm(NARROW_NORM, 1e-6)) is torch.nn.LayerNorm
@@ -626,21 +626,46 @@ def test_layer_norm_kernel_is_bit_identical_across_x86_levels(tmp_path):
         lib = tmp_path / f"ln{len(outputs)}.so"
         subprocess.run([cc, *kernels._BASE_FLAGS, *level, source, "-o", str(lib), "-lm"], check=True)
         so = ctypes.CDLL(str(lib))
-        g = torch.Generator().manual_seed(0)
-        x, w, b, grad = (torch.randn(*s, generator=g) for s in ((300, 7), (7,), (7,), (300, 7)))
-        y, gx = torch.empty_like(x), torch.empty_like(x)
-        gw, gb = torch.empty(7), torch.empty(7)
         so.pkmixer_layer_norm_forward.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_ssize_t] * 2 + [ctypes.c_float]
         so.pkmixer_layer_norm_backward.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_ssize_t] * 2 + [ctypes.c_float]
-        assert so.pkmixer_layer_norm_forward(x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), None, None,
-                                             300, 7, 1e-6) == 0
-        assert so.pkmixer_layer_norm_backward(grad.data_ptr(), x.data_ptr(), None, None, w.data_ptr(),
-                                              gx.data_ptr(), gw.data_ptr(), gb.data_ptr(), 300, 7, 1e-6) == 0
+        found = []
+        for n in (7, 12):  # rows one at a time, and in lanes (from 8 channels up)
+            g = torch.Generator().manual_seed(0)
+            x, w, b, grad = (torch.randn(*s, generator=g) for s in ((300, n), (n,), (n,), (300, n)))
+            y, gx = torch.empty_like(x), torch.empty_like(x)
+            gw, gb = torch.empty(n), torch.empty(n)
+            assert so.pkmixer_layer_norm_forward(x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), None,
+                                                 None, 300, n, 1e-6) == 0
+            assert so.pkmixer_layer_norm_backward(grad.data_ptr(), x.data_ptr(), None, None, w.data_ptr(),
+                                                  gx.data_ptr(), gw.data_ptr(), gb.data_ptr(), 300, n, 1e-6) == 0
+            found += [y, gx, gw, gb]
         assert so.pkmixer_layer_norm_forward(x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), None, None,
                                              300, 16, 1e-6) == 1  # refuses widths it has no copy for
-        outputs.append((y, gx, gw, gb))
+        outputs.append(found)
     for other in outputs[1:]:
         assert all(torch.equal(a, b) for a, b in zip(outputs[0], other))
+
+
+@pytest.mark.parametrize("C", [4, 8, 12, 15])
+def test_layer_norm_kernel_gives_a_row_the_same_bits_in_lanes_and_alone(C):
+    """From 8 channels up the kernel normalises rows eight at a time, one per lane, and the rows left over one at a
+    time: a row's output and input gradient are the same bits either way (moved by one row, each of 9 rows goes
+    the other way); the weight and bias gradients, summed in another order, agree within rounding."""
+    from pkmixer.layers.norm import _backward, _forward
+
+    _kernel_or_skip()
+    g = torch.Generator().manual_seed(C)
+    x, w, b, grad = (torch.randn(*s, generator=g) for s in ((9, C), (C,), (C,), (9, C)))
+    y, mean, rstd = _forward(x, w, b, 1e-6, moments=True)
+    moved, moved_mean, moved_rstd = _forward(x.roll(1, 0), w, b, 1e-6, moments=True)
+    assert torch.equal(moved.roll(-1, 0), y) and torch.equal(moved_mean.roll(-1, 0), mean)
+    assert torch.equal(moved_rstd.roll(-1, 0), rstd)
+    for stats in ((mean, rstd), (moved_mean, moved_rstd), (None, None)):
+        shift = 1 if stats[0] is moved_mean else 0
+        gx, gw, gb = _backward(grad.roll(shift, 0), x.roll(shift, 0), w, 1e-6, *stats)
+        want = _backward(grad, x, w, 1e-6, mean, rstd)
+        assert torch.equal(gx.roll(-shift, 0), want[0])
+        assert torch.allclose(gw, want[1], rtol=1e-6, atol=1e-6) and torch.allclose(gb, want[2], rtol=1e-6, atol=1e-6)
 
 
 def test_kernel_build_says_why_it_is_unavailable(monkeypatch, tmp_path):

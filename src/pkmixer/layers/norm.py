@@ -1,16 +1,16 @@
 """LayerNorm over few channels: the Mixer's per-token normalisation (Mixer supp. Listing 1; Hayase & Karakida
 Eq. 5) at the narrowest widths of the fixed-Ω grids (C = 4 against S ≈ 126).
 
-torch's CPU LayerNorm is not vectorised over rows shorter than its vector width (8 floats with AVX2): in
-docs/performance.md section (n) its forward and backward over the (128, 126, 4) stream of the C = 4 S-Mixer take
-1.3 ms, three times as long as over the (128, 87, 8) stream of the C = 8 one. :func:`layer_norm` builds
-:class:`NarrowLayerNorm` below :data:`NARROW_NORM` channels - an ``nn.LayerNorm`` (same parameters, state dict and
-initialisation) whose forward runs the C kernel ``pkmixer/kernels/layer_norm.c`` where it applies
-(:func:`kernel_applies`: float32 CPU tensors and one intra-op thread, the sweeps' setting - torch's kernel spreads
-rows over threads, this one does not) and torch's LayerNorm elsewhere; equal to it within float rounding
-(tests/test_fastpaths.py). Which path runs is decided per call from the tensors, so the last bits of a run depend
-on its thread count, as with torch's own kernels. From 8 channels up, where the kernel measured no faster in a
-whole training step, the norm stays ``nn.LayerNorm``.
+torch's CPU LayerNorm is not vectorised over rows shorter than its vector width (8 floats with AVX2, 16 with
+AVX-512): in docs/performance.md section (n) its forward and backward over the (128, 126, 4) stream of the C = 4
+S-Mixer take 1.3 ms, three times as long as over the (128, 87, 8) stream of the C = 8 one, which in turn takes
+longer than the (128, 32, 32) stream of the square model. :func:`layer_norm` builds :class:`NarrowLayerNorm` below
+:data:`NARROW_NORM` channels - an ``nn.LayerNorm`` (same parameters, state dict and initialisation) whose forward
+runs the C kernel ``pkmixer/kernels/layer_norm.c`` where it applies (:func:`kernel_applies`: float32 CPU tensors
+and one intra-op thread, the sweeps' setting - torch's kernel spreads rows over threads, this one does not) and
+torch's LayerNorm elsewhere; equal to it within float rounding (tests/test_fastpaths.py). Which path runs is decided
+per call from the tensors, so the last bits of a run depend on its thread count, as with torch's own kernels. From
+16 channels up the norm is ``nn.LayerNorm``.
 
 The kernel is one node ``narrow_layer_norm`` of an FX graph (``torch.fx.wrap``) and the operator
 ``torch.ops.pkmixer.narrow_layer_norm`` (with its backward ``narrow_layer_norm_backward``) to TorchScript,
@@ -29,7 +29,7 @@ from torch import nn
 from .. import kernels
 
 # Below this many channels a model's LayerNorm is a NarrowLayerNorm (docs/performance.md section (n)).
-NARROW_NORM = 8
+NARROW_NORM = 16
 # The widths the C kernel has code for (it runs for any of them when called directly).
 KERNEL_WIDTHS = range(1, 16)
 
