@@ -438,3 +438,18 @@ def test_fig2_is_decided_from_its_records_alone(tmp_path):
         preset.analyze(changed, tmp_path / "nowhere", "smoke")
     other = type(specs[-1])(specs[-1].name, specs[-1].config.override({"schedule.epochs": 3}), specs[-1].meta)
     assert records.add_fields(folder, other, {"cka": {}}, preset="fig2", scale="smoke", dataset="digits") is None
+
+
+def test_around_prints_its_margins_in_grid_steps():
+    """"Around C = S" is decided at tolerances counted in grid steps: the report prints them so, not scaled as the
+    slope's points per doubling."""
+    from pkmixer.experiments.rules import AroundRules, around_parts
+
+    x = [-4.0, -2.0, 0.0, 2.0, 4.0]
+    rng = np.random.default_rng(0)
+    table = {seed: [0.16 + 0.002 * v * v + rng.normal(0, 0.001) for v in x] for seed in range(5)}
+    parts = around_parts(AroundRules(), table, x, "S-Mixer")
+    assert len(parts) == 2 and all(p.margins for p in parts)
+    text = "\n".join(verdict_table(parts))
+    assert "across margins: 0.5 grid steps: " in text and "1.5 grid steps: " in text
+    assert "50 points per doubling" not in text

@@ -157,8 +157,9 @@ def verdict_table(verdicts: Sequence[Any]) -> list[str]:
 
 
 def _margin(v: Any, m: float) -> str:
-    unit = v.unit or ""
-    return f"{m * v.scale:g}{unit}"
+    if getattr(v, "margin_unit", None) is not None:
+        return f"{m:g}{v.margin_unit}"
+    return f"{m * v.scale:g}{v.unit or ''}"
 
 
 def report_paths(sweep_dir: Path, analysis: Analysis | None = None) -> dict[str, Any]:

@@ -444,7 +444,8 @@ def around_parts(rules: AroundRules, table: Mapping[Any, Sequence[float]], x: Se
         name = "rises from one grid step on the C > S side" if side > 0 else "falls up to one grid step on the C < S side"
         v = arm_verdict(rules.slope(x, side), table, f"{label}: the fitted error {name}", quote=quote,
                         extra="; ".join(e for e in (where, extra) if e))
-        parts.append(dataclasses.replace(v, margins=tuple((m * 1.0, c) for m, c in margins)) if margins else v)
+        parts.append(dataclasses.replace(v, margins=tuple((m * 1.0, c) for m, c in margins),
+                                         margin_unit=" grid steps") if margins else v)
     return parts
 
 

@@ -348,6 +348,7 @@ class Verdict:
     required: bool = True  # False: the part can contradict the claim but its support is not needed (a refutation)
     quote: str = ""  # the paper's words this part tests, with their section
     margins: tuple = ()  # ((threshold, decision), ...): the verdict across a range of margins, for vague words
+    margin_unit: str | None = None  # what the margins count, where not the statistic's scale and unit
     extra: str = ""  # what the report prints beside the interval (power, test-set sampling error)
 
     @property
