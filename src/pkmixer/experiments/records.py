@@ -6,8 +6,8 @@ probes' numbers, the environment it ran in - torch, Python, pkmixer, commit, CPU
 build) with its whole config, a key that identifies the config (:func:`run_key`: the config without the keys that do
 not change a result, and the probes) and the hash of the rules of the preset that decided with it
 (:meth:`pkmixer.experiments.preset.Preset.rules_hash`), and the numbers a preset derives from several runs' files
-once its sweep is done (:meth:`~pkmixer.experiments.preset.Preset.derive`: fig2's CKA against its Mixer, :func:`add_fields`).
-No checkpoints, no Gram matrices: a few kB a run.
+once its sweep is done (:meth:`~pkmixer.experiments.preset.Preset.derive`: fig2's CKA against its Mixer;
+:func:`add_fields`). No checkpoints, no Gram matrices: a few kB a run.
 
 ``pkmixer reproduce`` reads the records first and hands :func:`pkmixer.experiments.sweep.run_sweep` only the runs
 they do not hold (:func:`split_held`), so that a sweep on another machine skips what is recorded; it writes the

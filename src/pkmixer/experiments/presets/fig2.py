@@ -18,9 +18,10 @@ the SW-MLP at the density nearest the Mixer's and against the dense one (Fig. 2b
 SW-MLP of the same seed, on the first test images, with the final weights (the trained networks, not the epoch
 picked by test error): each run stores its features' Gram matrices when it finishes (the ``grams-<B>x<n>``
 probe of :mod:`pkmixer.experiments.probes`); once the sweep is done each SW-MLP run's CKA matrix against its Mixer
-is computed from them and kept in its row and record (:meth:`Fig2.derive`), so that the records alone decide. Verdict, per Mixer size
-(rules :data:`SPARSE_RULE`, :data:`PEAK_RULE`, paired bootstrap over seeds): CKA at the Mixer's density minus
-the dense SW-MLP's > 0, and the highest mean CKA over the sparse densities minus the dense one's > 0.
+is computed from them and kept in its row and record (:meth:`Fig2.derive`), so that the records alone decide.
+Verdict, per Mixer size (rules :data:`SPARSE_RULE`, :data:`PEAK_RULE`, paired bootstrap over seeds): CKA at the
+Mixer's density minus the dense SW-MLP's > 0, and the highest mean CKA over the sparse densities minus the dense
+one's > 0.
 
 fig2d - the paper's claim: shallow MLPs x -> B_c B₂ ReLU(B₁x) with Monarch weights and with Kronecker weights
 (the Mixer's weight-shared Monarch, Cor. 3.4) perform comparably. What a run shows: both test errors (mean ± std
