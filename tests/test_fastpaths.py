@@ -646,7 +646,7 @@ def test_layer_norm_kernel_is_bit_identical_across_x86_levels(tmp_path):
         assert all(torch.equal(a, b) for a, b in zip(outputs[0], other))
 
 
-@pytest.mark.parametrize("C", [4, 8, 12, 15])
+@pytest.mark.parametrize("C", [8, 12, 15])
 def test_layer_norm_kernel_gives_a_row_the_same_bits_in_lanes_and_alone(C):
     """From 8 channels up the kernel normalises rows eight at a time, one per lane, and the rows left over one at a
     time: a row's output and input gradient are the same bits either way (moved by one row, each of 9 rows goes

@@ -157,7 +157,7 @@ def verdict_table(verdicts: Sequence[Any]) -> list[str]:
 
 
 def _margin(v: Any, m: float) -> str:
-    if getattr(v, "margin_unit", None) is not None:
+    if v.margin_unit is not None:
         return f"{m:g}{v.margin_unit}"
     return f"{m * v.scale:g}{v.unit or ''}"
 

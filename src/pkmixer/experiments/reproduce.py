@@ -155,10 +155,13 @@ def reproduce(name: str, *, scale: str = "small", dataset: str | None = None, da
     if derived:
         rows = [{**r, **derived.get(r["run"], {})} for r in rows]
         if keep:
-            added = [path for s in specs if s.name in derived for path in [add_fields(
-                folder, s, derived[s.name], preset=name, scale=scale, dataset=dataset, epochs=epochs)] if path]
+            added = 0
+            for s in specs:
+                if s.name in derived:
+                    added += add_fields(folder, s, derived[s.name], preset=name, scale=scale, dataset=dataset,
+                                        epochs=epochs) is not None
             if added:
-                log(f"records: {len(added)} runs' records given the numbers derived from the sweep's files")
+                log(f"records: {added} runs' records given the numbers derived from the sweep's files")
     analysis = preset.analyze(rows, sweep_dir, scale)
     report = write_report(analysis, sweep_dir, preset=preset, scale=scale, dataset=dataset, command=info["command"],
                           rows=rows, overwrite=overwrite)

@@ -33,7 +33,7 @@ static inline __attribute__((always_inline)) void row_moments(const float* x, pt
 
 #define LANES 8
 #ifndef LANES_FROM
-#define LANES_FROM 8 /* narrower rows go one at a time: there the transposition costs more than the lanes save */
+#define LANES_FROM 8 /* narrower rows go one at a time */
 #endif
 typedef float lanes_t __attribute__((vector_size(LANES * sizeof(float))));
 

@@ -3,7 +3,7 @@ Eq. 5) at the narrowest widths of the fixed-Ω grids (C = 4 against S ≈ 126).
 
 torch's CPU LayerNorm is not vectorised over rows shorter than its vector width (8 floats with AVX2): in
 docs/performance.md section (n) its forward and backward over the (128, 126, 4) stream of the C = 4 S-Mixer take
-1.3-1.6 ms, 2.5-3 times as long as over the (128, 87, 8) stream of the C = 8 one, which in turn takes longer than
+1.3-1.6 ms, 2.4-2.9 times as long as over the (128, 87, 8) stream of the C = 8 one, which in turn takes longer than
 the (128, 32, 32) stream of the square model. :func:`layer_norm` builds :class:`NarrowLayerNorm` below
 :data:`NARROW_NORM` channels - an ``nn.LayerNorm`` (same parameters, state dict and initialisation) whose forward
 runs the C kernel ``pkmixer/kernels/layer_norm.c`` where it applies (:func:`kernel_applies`: float32 CPU tensors
