@@ -53,9 +53,11 @@ def _pairs(settings: Settings) -> tuple[int, list[tuple[int, int]]]:
     return omega, [*symmetric_pairs(omega, channels=[4]), *pairs]
 
 
-# the variants of each grid model timed: ours, and each with one fast path replaced by torch's module
+# the variants of each grid model timed: ours; with its stem torch's module; with its sublayers run as modules
+# (the peer of the fused sublayers); and that with every LayerNorm torch's module (the peer of NarrowLayerNorm)
 VARIANTS: dict[str, Callable[[nn.Module], nn.Module]] = {
-    "ours": copy.deepcopy, "conv stem": lambda m: with_conv_stem(m), "torch norm": lambda m: with_torch_layer_norm(m)}
+    "ours": copy.deepcopy, "conv stem": lambda m: with_conv_stem(m), "plain sublayers": lambda m: with_plain_sublayers(m),
+    "torch norm": lambda m: with_torch_layer_norm(with_plain_sublayers(m))}
 
 
 def section_n(settings: Settings) -> dict:
@@ -81,12 +83,15 @@ def section_n(settings: Settings) -> dict:
         square = min(pairs, key=lambda p: abs(p[0] - p[1]))
         per_flop = {p: t[(p, "ours")].median_s / flops[p] for p in pairs}
         for (C, S) in pairs:
-            ours, conv, norm = (t[((C, S), v)] for v in VARIANTS)
+            ours, conv, plain, norm = (t[((C, S), v)] for v in VARIANTS)
             rows.append({"family": family, "model": name, "omega": omega, "C": C, "S": S, "batch": batch,
+                         "fused": models[(C, S)].fuse_sublayers,
                          "train_flops": flops[(C, S)], "time": ours.as_dict(), "conv_stem_time": conv.as_dict(),
-                         "stem_speedup": ratio(conv.median_s, ours.median_s), "torch_norm_time": norm.as_dict(),
-                         "norm_speedup": ratio(norm.median_s, ours.median_s), "ns_per_flop": 1e9 * per_flop[(C, S)],
-                         "per_flop_vs_square": ratio(per_flop[(C, S)], per_flop[square])})
+                         "stem_speedup": ratio(conv.median_s, ours.median_s),
+                         "plain_sublayers_time": plain.as_dict(), "fused_speedup": ratio(plain.median_s, ours.median_s),
+                         "torch_norm_time": norm.as_dict(), "norm_speedup": ratio(norm.median_s, plain.median_s),
+                         "ns_per_flop": 1e9 * per_flop[(C, S)], "per_flop_vs_square": ratio(per_flop[(C, S)],
+                                                                                            per_flop[square])})
     return {"rows": rows, "layer_norm": layer_norm_rows(settings, pairs, batch),
             "own_products": own_products(settings)}
 
@@ -184,6 +189,14 @@ def with_torch_layer_norm(model: nn.Module) -> nn.Module:
     return plain
 
 
+def with_plain_sublayers(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` that runs its sublayers as modules (``fuse_sublayers = False``: the peer of
+    :func:`pkmixer.layers.fused.residual_gelu_norm`), with the same weights."""
+    plain = copy.deepcopy(model)
+    plain.fuse_sublayers = False
+    return plain
+
+
 def with_conv_stem(model: nn.Module) -> nn.Module:
     """A copy of ``model`` whose per-patch stem is torch's ``nn.Conv2d`` (the peer of
     :class:`pkmixer.layers.patch.PatchConv`), with the same weights."""
@@ -243,15 +256,44 @@ def replay(calls: list[tuple], device: torch.device) -> Callable[[], None]:
     return run
 
 
+def element_wise_floor(model: nn.Module, batch: int, device: torch.device) -> Callable[[], None]:
+    """The bytes the fused sublayers of ``model`` must move in one training step, moved by torch's copy and add
+    alone: per sublayer, two (batch, S, C) tensors read and two written in the forward (x, z in; y, u out), four
+    read and two written in the backward, each sublayer on tensors of its own (as a step's saved activations are),
+    forward in order and backward in reverse."""
+    sublayers = 2 * len(model.blocks)
+    shape = (batch, model.num_tokens, model.embed_dim)
+    saved = [[torch.randn(shape, device=device) for _ in range(4)] for _ in range(sublayers)]  # x, z, y, u
+    grads = [torch.randn(shape, device=device) for _ in range(4)]
+
+    def run() -> None:
+        for x, z, y, u in saved:
+            y.copy_(x)
+            u.copy_(z)
+        for x, z, y, u in reversed(saved):
+            torch.add(grads[0], grads[1], out=grads[2])
+            torch.add(y, z, out=grads[3])
+
+    return run
+
+
 def own_products(settings: Settings) -> dict:
-    """The small CIFAR S-Mixer's training step against its own matrix products replayed alone."""
+    """The small CIFAR S-Mixer's training step against its own matrix products replayed alone; the same step with
+    its sublayers run as modules; and its products followed by the element-wise floor (:func:`element_wise_floor`),
+    the least time any fusion of its element-wise work around these products could take."""
     depth, batch = (2, 8) if settings.mode == "smoke" else (8, 128)
     torch.manual_seed(0)
     model = create_model(SMALL_CIFAR, depth=depth).to(settings.torch_device)
-    step = train_step(model, image_batch(model, batch, settings), settings)
+    data = image_batch(model, batch, settings)
+    step = train_step(model, data, settings)
     step()
     calls = record_products(step)
-    t = interleaved({"step": step, "products": replay(calls, settings.torch_device)}, settings)
+    products = replay(calls, settings.torch_device)
+    floor = element_wise_floor(model, batch, settings.torch_device)
+    t = interleaved({"step": step, "plain sublayers": train_step(with_plain_sublayers(model), data, settings),
+                     "products": products, "products + floor": lambda: (products(), floor())}, settings)
     return {"model": SMALL_CIFAR, "depth": depth, "batch": batch, "products": len(calls),
-            "times": {k: v.as_dict() for k, v in t.items()},
-            "step_over_products": ratio(t["step"].median_s, t["products"].median_s)}
+            "fused": model.fuse_sublayers, "times": {k: v.as_dict() for k, v in t.items()},
+            "step_over_products": ratio(t["step"].median_s, t["products"].median_s),
+            "plain_over_products": ratio(t["plain sublayers"].median_s, t["products"].median_s),
+            "floor_over_products": ratio(t["products + floor"].median_s, t["products"].median_s)}

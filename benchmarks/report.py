@@ -262,17 +262,21 @@ def markdown(result: dict) -> str:
         lines += ["## (n) Narrow Mixers against square ones at fixed Ω", "",
                   f"Ω = {first['omega']:,}, batch {first['batch']}, one fused-AdamW training step; a family's models "
                   "timed round-robin in one loop; per FLOP = median step / training FLOPs (forward + backward); "
-                  "ratio = per FLOP / the square model's of the same family. Steps in ms; beside each, the same "
-                  "model with torch's nn.Conv2d as its stem and with torch's nn.LayerNorm for every NarrowLayerNorm, "
-                  "timed in the same loop, and PatchConv's and NarrowLayerNorm's speedups over them.",
+                  "ratio = per FLOP / the square model's of the same family. Steps in ms; beside each, timed in the "
+                  "same loop, the same model with torch's nn.Conv2d as its stem (PatchConv's speedup over it), with "
+                  "its sublayers run as modules (fused sublayers' speedup over it; 'not fused': a model without "
+                  "the fused path, the same model twice), and that with torch's nn.LayerNorm for every "
+                  "NarrowLayerNorm (NarrowLayerNorm's speedup over it).",
                   ""]
         rows = [[r["family"], f"({r['C']}, {r['S']})", f"{r['train_flops'] / 1e9:.3f}", _ms(r["time"]),
                  f"{r['ns_per_flop']:.3f}", _x(r["per_flop_vs_square"]), _ms(r["conv_stem_time"]),
-                 _x(r["stem_speedup"]), _ms(r.get("torch_norm_time")), _x(r.get("norm_speedup"))]
+                 _x(r["stem_speedup"]), _ms(r.get("plain_sublayers_time")),
+                 _x(r.get("fused_speedup")) if r.get("fused") else "not fused",
+                 _ms(r.get("torch_norm_time")), _x(r.get("norm_speedup"))]
                 for r in n["rows"]]
         lines += _table(["family", "(C, S)", "GFLOP per step", "step", "ns per FLOP", "per FLOP vs square",
-                         "step, nn.Conv2d stem", "PatchConv speedup", "step, nn.LayerNorm",
-                         "NarrowLayerNorm speedup"], rows)
+                         "step, nn.Conv2d stem", "PatchConv speedup", "step, plain sublayers",
+                         "fused sublayers speedup", "step, plain + nn.LayerNorm", "NarrowLayerNorm speedup"], rows)
         names = list(n["layer_norm"][0]["times"])
         lines += ["", f"LayerNorm over C channels of the ({first['batch']}, S, C) stream, forward + backward, ms "
                   "(time / torch's kernel):", ""]
@@ -282,8 +286,14 @@ def markdown(result: dict) -> str:
             for r in n["layer_norm"]])
         own = n["own_products"]
         lines += ["", f"{own['model']} ({own['depth']} blocks, batch {own['batch']}): training step "
-                  f"{_ms(own['times']['step'])} ms, its {own['products']} matrix products replayed alone "
-                  f"{_ms(own['times']['products'])} ms, ratio {_x(own['step_over_products'])}.", ""]
+                  f"{_ms(own['times']['step'])} ms (sublayers run as modules: "
+                  f"{_ms(own['times'].get('plain sublayers'))} ms), its {own['products']} matrix products replayed "
+                  f"alone {_ms(own['times']['products'])} ms; step / products {_x(own['step_over_products'])} (as "
+                  f"modules {_x(own.get('plain_over_products'))}). The products followed by the element-wise floor "
+                  "(the bytes the fused sublayers read and write, moved by torch's copy and add alone) take "
+                  f"{_ms(own['times'].get('products + floor'))} ms, {_x(own.get('floor_over_products'))} the "
+                  "products': no fusion of the element-wise work around these products can bring the step below "
+                  "that.", ""]
     if "s" in s:
         lines += ["## (s) Stacked training against sequential runs", "",
                   f"One call = one training step of each of K members (batch {s['s']['rows'][0]['batch']} each): "

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 SWITCH = "PKMIXER_NATIVE_KERNELS"
-_BASE_FLAGS = ("-O3", "-std=c99", "-shared", "-fPIC", "-ffp-contract=off")
+_BASE_FLAGS = ("-O3", "-std=c99", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno")
 _LEVELS = {"AVX512": "-march=x86-64-v4", "AVX2": "-march=x86-64-v3"}
 
 
@@ -113,3 +113,9 @@ def describe(name: str) -> str:
     """One line for a run's environment: the compiler and flags the kernel was built with, or why it is
     unavailable (without a warning: a run whose model does not use the kernel records it too)."""
     return _loaded(name)[1]
+
+
+def functorch_wrapped(x: torch.Tensor) -> bool:
+    """Whether x is a torch.func transform's wrapper (vmap, grad), which has no storage for a kernel to read."""
+    check = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+    return bool(check and check(x))

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -120,6 +121,15 @@ class FcAct(nn.Module):
             return columns_back(self.drop(self.act(left_mm(self.fc.weight, self.fc.bias, columns_first(x)))),
                                 x.shape[0])
         return self.drop(self.act(left_linear(self.fc.weight, self.fc.bias, x)))
+
+    def product(self, x: torch.Tensor, left: bool = False, narrow: bool = False) -> torch.Tensor:
+        """W x, the Dense without its bias and activation (pkmixer.layers.fused adds them); ``left``: along the
+        second-to-last axis, as :meth:`forward_left` with ``narrow``."""
+        if not left:
+            return F.linear(x, self.fc.weight)
+        if narrow:
+            return columns_back(self.fc.weight @ columns_first(x), x.shape[0])
+        return torch.bmm(self.fc.weight.expand(x.shape[0], -1, -1), x)
 
     def linears(self) -> list[nn.Linear]:
         return [self.fc]

@@ -177,12 +177,6 @@ def _op_backward(ctx, grad: torch.Tensor):
 _narrow_layer_norm_op.register_autograd(_op_backward, setup_context=_op_setup)
 
 
-def _functorch_wrapped(x: torch.Tensor) -> bool:
-    """Whether x is a torch.func transform's wrapper (vmap, grad), which has no storage for the kernel to read."""
-    check = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
-    return bool(check and check(x))
-
-
 def narrow_layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
     """LayerNorm of x over its last axis with ``weight`` and ``bias``: the C kernel where it applies, else torch's
     (module docstring)."""
@@ -190,7 +184,7 @@ def narrow_layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
         return torch.ops.pkmixer.narrow_layer_norm(x, weight, bias, eps)
     if type(x) is not torch.Tensor or torch.jit.is_tracing() or torch.compiler.is_compiling():
         return torch.ops.pkmixer.narrow_layer_norm(x, weight, bias, eps)
-    if not _functorch_wrapped(x) and kernel_applies(x, weight, bias):
+    if not kernels.functorch_wrapped(x) and kernel_applies(x, weight, bias):
         return _NarrowLayerNormFunction.apply(x, weight, bias, eps)
     return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
 

@@ -26,6 +26,14 @@ Karakida; ``token_hidden`` / ``channel_hidden`` set D_S, D_C directly, as Table 
 With channel groups the token MLP's input is S·G wide and D_S = γ·S·G; in a pyramid S is each block's output
 token count.
 
+An S-Mixer with the exact GELU, Listing 1's token mixing (no RP blocks, dropout or stochastic depth) and a width the
+C kernel has code for (:func:`pkmixer.layers.fused.kernel_takes`) is ``fusable``; in float32 on the CPU, with the
+kernel built, it runs fused (``fuse_sublayers``, set when it is built, moved or cast): each sublayer's bias, GELU,
+residual sum and the next LayerNorm in one pass (:func:`pkmixer.layers.fused.residual_gelu_norm`), in its eager,
+traced, scripted, exported and compiled forwards, checkpointed or not, and in ``forward_intermediates`` at the blocks,
+all of which then compute the same bits. A forward while a module hook watches the blocks runs the modules instead
+(same results within float rounding), as does every model with ``PKMIXER_NATIVE_KERNELS=0``.
+
 The class follows the model contract (:mod:`pkmixer.models.contract`): its effective wide MLP
 (:meth:`Mixer.effective_mlp`, Prop. 3.2, Eq. 19), the rows of its stem, and its token-mixing and per-patch
 units to draw (Mixer supp. D).
@@ -35,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, Optional
+from typing import TYPE_CHECKING, Any, Final, Optional, Tuple
 
 import torch
 from timm.layers import DropPath, lecun_normal_
@@ -43,6 +51,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import ConfigError, check_positive, check_positive_int, check_rate
+from ..layers import fused
 from ..layers.ablations import BatchedLinear, GroupedTokenMixing
 from ..layers.mlp import FcAct, Mlp
 from ..layers.norm import layer_norm
@@ -130,6 +139,18 @@ class MixingSublayer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_branch(x)[0]
 
+    def fused_product(self, x: torch.Tensor, u: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(shortcut, W u) for u = LN(x): the sublayer up to its Dense's product, without the bias (an S-Mixer's
+        fused path, :meth:`Mixer.forward_features`)."""
+        shortcut = x if self.skip is None else self.skip(x)
+        return shortcut, self.mixing.mlp.product(u, self.mixing.normal_left, self.mixing.narrow)
+
+    def fused_close(self, shortcut: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                    eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(shortcut + φ(z + b), the next LayerNorm of it, with ``weight``, ``bias``, ``eps``) in one pass."""
+        return fused.residual_gelu_norm(shortcut, z, self.mixing.mlp.fc.bias, self.mixing.normal_left, weight, bias,
+                                        eps)
+
 
 class MixerBlock(nn.Module):
     """Token mixing then channel mixing, each a residual sublayer (Eqs. 3-4)."""
@@ -143,6 +164,14 @@ class MixerBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, S, C) -> (B, S, C)
         return self.channel(self.token(x))
+
+    def fused_forward(self, x: torch.Tensor, u: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The block on the fused path from x and u = LN(x): the channel sublayer's (shortcut, product), which the
+        next block's first LayerNorm (or the final one) closes (:meth:`Mixer.forward_features`)."""
+        shortcut, z = self.token.fused_product(x, u)
+        norm = self.channel.norm
+        x, u = self.token.fused_close(shortcut, z, norm.weight, norm.bias, norm.eps)
+        return self.channel.fused_product(x, u)
 
 
 def _parse_rp_blocks(rp_blocks: str | Sequence[int] | None, depth: int) -> frozenset[int]:
@@ -215,6 +244,8 @@ class Mixer(TimmModel, nn.Module):
     """MLP-Mixer (``block="mlp"``) or S-Mixer (``block="fc"``), normal or RP; see the module docstring."""
 
     global_pool = "avg"  # timm's name of the head's pooling: the mean over tokens
+    __constants__ = ["fuse_sublayers", "final_layer_norm"]  # fixed when built: TorchScript compiles only the path
+    # they choose
     CLASS_PAPERS = ("tolstikhin", "hayase")  # a Mixer built from its class: Listing 1, and the S-Mixer and RP forms
 
     @property
@@ -325,6 +356,13 @@ class Mixer(TimmModel, nn.Module):
                 MixingSublayer(layer_norm(C, norm_eps), channel, dpr[2 * i + 1])))
         self.blocks = nn.ModuleList(blocks)
         self.norm = layer_norm(C, norm_eps)  # pre_head_layer_norm
+        self.final_layer_norm = True  # False once prune_intermediate_layers drops the final norm
+        self.fusable = (block == "fc" and act == "gelu" and drop_path_rate == 0 and proj_drop_rate == 0
+                        and all(isinstance(sub.mixing, PKMixing) and isinstance(sub.mixing.mlp, FcAct)
+                                and (sub.mixing.normal_channel or sub.mixing.normal_left) for sub in self._sublayers())
+                        and fused.kernel_takes(C, C, token_bias=False)
+                        and all(fused.kernel_takes(C, s, token_bias=True) for s in self.token_schedule))
+        self.fuse_sublayers = self._fuses()
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(C, num_classes)
         self.grad_checkpointing = False  # timm's set_grad_checkpointing: recompute each block in the backward
@@ -360,6 +398,11 @@ class Mixer(TimmModel, nn.Module):
         return x if self.token_order is None else x.index_select(1, self.token_order)  # K² contiguous parts
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fuse_sublayers:
+            if torch.jit.is_scripting():
+                return self._forward_features_fused(x)
+            if not self._hooked():
+                return self._forward_features_fused(x)
         x = self.forward_stem(x)  # (B, S0, C)
         for blk in self.blocks:
             if self.grad_checkpointing and not torch.jit.is_scripting():
@@ -367,6 +410,61 @@ class Mixer(TimmModel, nn.Module):
             else:
                 x = blk(x)  # (B, S, C)
         return self.norm(x)
+
+    def _forward_features_fused(self, x: torch.Tensor) -> torch.Tensor:
+        """forward_features with each sublayer's bias, activation, residual sum and the next LayerNorm in one pass
+        (:func:`pkmixer.layers.fused.residual_gelu_norm`)."""
+        x = self.forward_stem(x)
+        u = self.blocks[0].token.norm(x)
+        shortcut, z, bias = x, x, x  # the last block's channel sublayer, open until the next LayerNorm closes it
+        for i, blk in enumerate(self.blocks):
+            if i > 0:
+                norm = blk.token.norm
+                x, u = fused.residual_gelu_norm(shortcut, z, bias, False, norm.weight, norm.bias, norm.eps)
+            if self.grad_checkpointing and not torch.jit.is_scripting():
+                shortcut, z = checkpoint(blk.fused_forward, x, u, use_reentrant=False)
+            else:
+                shortcut, z = blk.fused_forward(x, u)
+            bias = blk.channel.mixing.mlp.fc.bias
+        return self._fused_last(shortcut, z, bias)[1]
+
+    def _fused_last(self, shortcut: torch.Tensor, z: torch.Tensor, bias: torch.Tensor
+                    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(the last block's output, the final norm of it), the last sublayer closed by the final LayerNorm; a
+        pruned norm (``prune_intermediate_layers``) is applied after a close with a unit LayerNorm, whose output
+        is dropped (the block's output is the same either way)."""
+        final = self.norm
+        if self.final_layer_norm:
+            return fused.residual_gelu_norm(shortcut, z, bias, False, final.weight, final.bias, final.eps)
+        x = fused.residual_gelu_norm(shortcut, z, bias, False, torch.ones_like(bias), torch.zeros_like(bias),
+                                     1e-6)[0]
+        return x, final(x)
+
+    @torch.jit.unused
+    def _fuses(self) -> bool:
+        """Whether the sublayers run fused: a fusable S-Mixer (module docstring) in float32 on the CPU, with the
+        kernel built on this machine."""
+        weight = self.stem.weight
+        return (self.fusable and weight.device.type == "cpu" and weight.dtype == torch.float32
+                and fused.kernel_available())
+
+    def _apply(self, fn, recurse=True):  # .to(), .cuda(), .double(), ...: the fused path follows the parameters
+        module = super()._apply(fn, recurse)
+        self.fuse_sublayers = self._fuses()
+        return module
+
+    @torch.jit.unused
+    def _sublayers(self) -> list[MixingSublayer]:
+        return [sub for blk in self.blocks for sub in (blk.token, blk.channel)]
+
+    @torch.jit.unused
+    def _hooked(self) -> bool:
+        """Whether a forward hook watches a block, a module in one or the final norm (global hooks included): the
+        fused path does not call those modules, so the forward runs them instead."""
+        hooks = nn.modules.module
+        if hooks._global_forward_hooks or hooks._global_forward_pre_hooks:
+            return True
+        return any(m._forward_hooks or m._forward_pre_hooks for m in (*self.blocks.modules(), *self.norm.modules()))
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         x = self.head_drop(x.mean(dim=1))  # global average pooling over tokens: (B, C)
@@ -415,6 +513,9 @@ class Mixer(TimmModel, nn.Module):
         take = set(select_indices(len(points), indices))
         fmt = point_format(output_fmt, self.OUTPUT_FORMATS)
         last = max(take)
+        if self.fuse_sublayers and where == "block" and not self._hooked():
+            return self._intermediates_fused(x, take, last, norm, stop_early or intermediates_only, fmt,
+                                             intermediates_only)
         out, k = [], 0
         x = self.forward_stem(x)
         for i, blk in enumerate(self.blocks):
@@ -432,6 +533,30 @@ class Mixer(TimmModel, nn.Module):
             if (intermediates_only or stop_early) and k > last:
                 break
         return out if intermediates_only else (self.norm(x), out)
+
+    def _intermediates_fused(self, x: torch.Tensor, take: set[int], last: int, norm: bool, stop: bool, fmt: str,
+                             intermediates_only: bool) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+        """forward_intermediates at the blocks on the fused path: the same operations as
+        :meth:`_forward_features_fused`, each block's output taken where the next LayerNorm closes it."""
+        out = []
+        x = self.forward_stem(x)
+        u = self.blocks[0].token.norm(x)
+        for i, blk in enumerate(self.blocks):
+            shortcut, z = (checkpoint(blk.fused_forward, x, u, use_reentrant=False) if self.grad_checkpointing
+                           else blk.fused_forward(x, u))
+            bias = blk.channel.mixing.mlp.fc.bias
+            if i + 1 < len(self.blocks):
+                after = self.blocks[i + 1].token.norm
+                x, u = fused.residual_gelu_norm(shortcut, z, bias, False, after.weight, after.bias, after.eps)
+            else:
+                x, u = self._fused_last(shortcut, z, bias)
+            if i in take:
+                out.append(self._as_format(self.norm(x) if norm else x, fmt, i))
+            if stop and i >= last:
+                break
+        if intermediates_only:
+            return out
+        return (u if i + 1 == len(self.blocks) else self.norm(x)), out
 
     def _as_format(self, t: torch.Tensor, fmt: str, block: int) -> torch.Tensor:
         if fmt == "NLC":
@@ -472,6 +597,7 @@ class Mixer(TimmModel, nn.Module):
         record_arguments(self, **changes)
         if prune_norm:
             self.norm = nn.Identity()
+            self.final_layer_norm = False
         if prune_head:
             self.reset_classifier(0)
         return take

@@ -149,7 +149,7 @@ def _source_commit() -> dict[str, Any]:
 def environment(ctx: dist_.Context) -> dict[str, Any]:
     """What a run's numbers may depend on beside its config: versions, the source commit, the CPU's kernel
     capability (rounding differs between AVX2 and AVX-512 kernels), torch's threads, the device and how the C
-    LayerNorm of narrow Mixers was built (pkmixer.kernels)."""
+    kernels were built (pkmixer.kernels): the LayerNorm of narrow Mixers and the S-Mixer's fused sublayers."""
     try:
         version = importlib.metadata.version("pkmixer")
     except importlib.metadata.PackageNotFoundError:
@@ -159,7 +159,8 @@ def environment(ctx: dist_.Context) -> dict[str, Any]:
         device += f" ({torch.cuda.get_device_name(ctx.device)})"
     return {"python": platform.python_version(), "torch": torch.__version__, "pkmixer": version,
             **_source_commit(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "threads": torch.get_num_threads(), "device": device, "layer_norm_kernel": kernels.describe("layer_norm")}
+            "threads": torch.get_num_threads(), "device": device, "layer_norm_kernel": kernels.describe("layer_norm"),
+            "residual_gelu_norm_kernel": kernels.describe("residual_gelu_norm")}
 
 
 # ---- the run ----------------------------------------------------------------------------------------------

@@ -1,0 +1,455 @@
+/* The element-wise work between two matrix products of an S-Mixer, forward and backward, one thread.
+ *
+ * Forward, for a row-major (rows, n) float32 stream x, the product z of the sublayer's Dense (without its bias b) and
+ * the next sublayer's LayerNorm (weight w, bias beta):
+ *     y = x + gelu(z + b)        the residual sum of the sublayer (exact GELU, x Phi(x))
+ *     u = LayerNorm(y) w + beta  the input of the next sublayer's Dense
+ * Backward, from the gradients of y (gy, the next residual; may be absent) and u (gu):
+ *     gy' = gy + the LayerNorm's input gradient of gu,   gx = gy',   gz = gy' gelu'(z + b),
+ * and the gradients of w, beta and b. b runs along the channels (period 0: b[j] for channel j) or along the rows
+ * (period S: b[r mod S] for row r - the token mixing's bias, one per token, on a (B, S, C) stream).
+ *
+ * Each element is read and written once in each direction, so the stream passes through memory four times in the
+ * forward (x, z in; y, u out) and six in the backward, instead of the dozen that torch's GELU, sum, LayerNorm, their
+ * backwards and the gradient accumulations take. Work runs in vectors of VEC floats. Rows of 16 channels or more go
+ * GROUP at a time, each as vectors along its channels (the tail zero-padded and masked), so that the sums of the
+ * rows' LayerNorms run side by side. Rows of n = 4 or 8 channels are packed VEC / n to a vector, as they lie in
+ * memory, and each row's sums are taken within its segment of the vector (a butterfly of lane shuffles). Other widths
+ * below 16 are refused (the caller runs torch's operators).
+ *
+ * erf is the rational approximation of Eigen and XLA (clamped to [-4, 4]), exp a Cody-Waite reduction with Cephes's
+ * polynomial, both in plain arithmetic and explicit fused multiply-adds (fmaf, one rounding whether the instruction
+ * or the library computes it), so that with -ffp-contract=off (the loader's flags) and IEEE division and square
+ * root the results do not depend on the x86-64 level. The parameter gradients accumulate per block of rows in
+ * float and the blocks in double.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#define VEC 16
+#define MAX_VECS (2048 / VEC) /* rows up to 2048 channels, biases up to 2048 tokens */
+#define BLOCK 64              /* rows (vectors, packed) whose parameter gradients are summed in float */
+#define GROUP 4               /* rows computed side by side */
+#ifndef AHEAD
+#define AHEAD 4 /* rows (of 16 floats, packed) whose cache lines are asked for ahead of their use */
+#endif
+typedef float vec_t __attribute__((vector_size(VEC * sizeof(float))));
+typedef int ivec_t __attribute__((vector_size(VEC * sizeof(int))));
+
+static inline __attribute__((always_inline)) vec_t splat(float a) {
+    vec_t v = {0.0f};
+    return v + a;
+}
+
+static inline __attribute__((always_inline)) vec_t select(ivec_t mask, vec_t a, vec_t b) {
+    return (vec_t)((mask & (ivec_t)a) | (~mask & (ivec_t)b));
+}
+
+static inline __attribute__((always_inline)) vec_t clamp(vec_t x, float lo, float hi) {
+    x = select(x < splat(lo), splat(lo), x);
+    return select(x > splat(hi), splat(hi), x);
+}
+
+/* a b + c, rounded once (IEEE fused multiply-add: the same bits whether the machine has the instruction or the
+ * library computes it). */
+static inline __attribute__((always_inline)) vec_t fma_(vec_t a, vec_t b, float c) {
+    vec_t r;
+    for (int k = 0; k < VEC; ++k) r[k] = fmaf(a[k], b[k], c);
+    return r;
+}
+
+/* erf(x): x P(x^2) / Q(x^2) on [-4, 4] (Eigen's generic_fast_erf_float, Horner's rule in fused multiply-adds), +-1
+ * beyond. */
+static inline __attribute__((always_inline)) vec_t verf(vec_t x) {
+    x = clamp(x, -4.0f, 4.0f);
+    const vec_t x2 = x * x;
+    vec_t p = fma_(x2, splat(-2.72614225801306e-10f), 2.77068142495902e-08f);
+    p = fma_(x2, p, -2.10102402082508e-06f);
+    p = fma_(x2, p, -5.69250639462346e-05f);
+    p = fma_(x2, p, -7.34990630326855e-04f);
+    p = fma_(x2, p, -2.95459980854025e-03f);
+    p = fma_(x2, p, -1.60960333262415e-02f);
+    vec_t q = fma_(x2, splat(-1.45660718464996e-05f), -2.13374055278905e-04f);
+    q = fma_(x2, q, -1.68282697438203e-03f);
+    q = fma_(x2, q, -7.37332916720468e-03f);
+    q = fma_(x2, q, -1.42647390514189e-02f);
+    return x * p / q;
+}
+
+/* exp(x) for x <= 0 (x below -87 is taken as -87, whose exp is below 2^-125): x = k ln 2 + r, |r| <= ln 2 / 2,
+ * exp(r) by Cephes's expf polynomial. */
+static inline __attribute__((always_inline)) vec_t vexp_nonpositive(vec_t x) {
+    x = clamp(x, -87.0f, 0.0f);
+    const vec_t magic = splat(12582912.0f); /* 1.5 * 2^23: adding and subtracting it rounds to an integer */
+    const vec_t n = (x * 1.44269504088896341f + magic) - magic;
+    const vec_t r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+    vec_t p = fma_(r, splat(1.9875691500e-4f), 1.3981999507e-3f);
+    p = fma_(p, r, 8.3334519073e-3f);
+    p = fma_(p, r, 4.1665795894e-2f);
+    p = fma_(p, r, 1.6666665459e-1f);
+    p = fma_(p, r, 5.0000001201e-1f);
+    const vec_t e = (p * (r * r) + r) + 1.0f;
+    const ivec_t bits = (__builtin_convertvector(n, ivec_t) + 127) << 23;
+    return e * (vec_t)bits;
+}
+
+#define SQRT_HALF 0.70710678118654752f
+#define INV_SQRT_2PI 0.39894228040143268f
+
+static inline __attribute__((always_inline)) vec_t gelu(vec_t v) {
+    return v * (0.5f * (verf(v * SQRT_HALF) + 1.0f));
+}
+
+static inline __attribute__((always_inline)) vec_t gelu_grad(vec_t v) {
+    return 0.5f * (verf(v * SQRT_HALF) + 1.0f) + v * (INV_SQRT_2PI * vexp_nonpositive(-0.5f * (v * v)));
+}
+
+/* The sum of a vector's lanes, pairwise (halving the vector until one lane is left). */
+static inline __attribute__((always_inline)) float total(vec_t v) {
+    float s[VEC];
+    memcpy(s, &v, sizeof v);
+    for (int width = VEC / 2; width >= 1; width /= 2)
+        for (int k = 0; k < width; ++k) s[k] = s[k] + s[k + width];
+    return s[0];
+}
+
+static inline __attribute__((always_inline)) vec_t vsqrt(vec_t v) {
+    for (int k = 0; k < VEC; ++k) v[k] = sqrtf(v[k]);
+    return v;
+}
+
+/* i mod m for 0 <= i, by subtraction (i is at most a few m). */
+static inline __attribute__((always_inline)) ptrdiff_t wrap(ptrdiff_t i, ptrdiff_t m) {
+    while (i >= m) i -= m;
+    return i;
+}
+
+/* ---- rows of 16 channels or more, each as vectors along its channels ---------------------------------------- */
+
+/* A row of n >= VEC channels as nv vectors: vector k holds channels at[k] .. at[k] + VEC - 1, at[k] = k VEC but for
+ * the last one, which ends at the row's end and so overlaps the one before where VEC does not divide n; new[k] is 1
+ * in the lanes of channels no earlier vector holds, 0 in the others (the row's sums count every channel once;
+ * values computed twice are the same and stored twice). */
+typedef struct {
+    ptrdiff_t nv, at[MAX_VECS];
+    vec_t new[MAX_VECS];
+} row_t;
+
+static void row_layout(row_t* row, ptrdiff_t n) {
+    row->nv = (n + VEC - 1) / VEC;
+    for (ptrdiff_t k = 0; k < row->nv; ++k) {
+        row->at[k] = k * VEC + VEC <= n ? k * VEC : n - VEC;
+        for (int l = 0; l < VEC; ++l) row->new[k][l] = row->at[k] + l >= k * VEC ? 1.0f : 0.0f;
+    }
+}
+
+static inline __attribute__((always_inline)) vec_t loadv(const float* p) {
+    vec_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline __attribute__((always_inline)) void storev(float* p, vec_t v) { memcpy(p, &v, sizeof v); }
+
+/* Ask for the cache lines of floats [from, from + count) of p, those below limit, ahead of their use. */
+static inline __attribute__((always_inline)) void ahead(const float* p, ptrdiff_t from, ptrdiff_t count,
+                                                        ptrdiff_t limit) {
+    if (!p) return;
+    const ptrdiff_t end = from + count < limit ? from + count : limit;
+    for (ptrdiff_t i = from; i < end; i += 64 / sizeof(float)) __builtin_prefetch(p + i);
+}
+
+/* Add a vector-per-k sum (channels at[k] + l) into per-channel totals, each channel once. */
+static void add_by_channel(double* total_, const vec_t* sums, const row_t* row) {
+    for (ptrdiff_t k = 0; k < row->nv; ++k)
+        for (int l = 0; l < VEC; ++l)
+            if (row->new[k][l] != 0.0f) total_[row->at[k] + l] += sums[k][l];
+}
+
+static int forward_rows(const float* x, const float* z, const float* bias, ptrdiff_t period, const float* weight,
+                        const float* beta, float* y, float* u, float* mean, float* rstd, ptrdiff_t rows, ptrdiff_t n,
+                        float eps) {
+    if (n < VEC || n > MAX_VECS * VEC) return 1;
+    row_t row;
+    row_layout(&row, n);
+    const ptrdiff_t nv = row.nv;
+    vec_t w[MAX_VECS], be[MAX_VECS], cb[MAX_VECS], yv[GROUP][MAX_VECS];
+    for (ptrdiff_t k = 0; k < nv; ++k) {
+        w[k] = loadv(weight + row.at[k]);
+        be[k] = loadv(beta + row.at[k]);
+        cb[k] = period ? splat(0.0f) : loadv(bias + row.at[k]);
+    }
+    for (ptrdiff_t r0 = 0, token = 0; r0 < rows; r0 += GROUP) {
+        const int g = rows - r0 < GROUP ? (int)(rows - r0) : GROUP;
+        vec_t sums[GROUP];
+        float m[GROUP], rs[GROUP];
+        for (int i = 0; i < g; ++i, token = period ? wrap(token + 1, period) : 0) {
+            const ptrdiff_t r = r0 + i;
+            ahead(x, (r + AHEAD) * n, n, rows * n);
+            ahead(z, (r + AHEAD) * n, n, rows * n);
+            const vec_t tb = splat(period ? bias[token] : 0.0f);
+            vec_t s = splat(0.0f);
+            for (ptrdiff_t k = 0; k < nv; ++k) {
+                const vec_t v = loadv(x + r * n + row.at[k]) + gelu(loadv(z + r * n + row.at[k]) + (cb[k] + tb));
+                yv[i][k] = v;
+                s += v * row.new[k];
+                storev(y + r * n + row.at[k], v);
+            }
+            sums[i] = s;
+        }
+        for (int i = 0; i < g; ++i) m[i] = total(sums[i]) / (float)n;
+        for (int i = 0; i < g; ++i) {
+            vec_t v = splat(0.0f);
+            for (ptrdiff_t k = 0; k < nv; ++k) {
+                const vec_t d = (yv[i][k] - m[i]) * row.new[k];
+                v += d * d;
+            }
+            sums[i] = v;
+        }
+        for (int i = 0; i < g; ++i) rs[i] = 1.0f / sqrtf(total(sums[i]) / (float)n + eps);
+        for (int i = 0; i < g; ++i) {
+            const ptrdiff_t r = r0 + i;
+            for (ptrdiff_t k = 0; k < nv; ++k) storev(u + r * n + row.at[k], (yv[i][k] - m[i]) * rs[i] * w[k] + be[k]);
+            if (mean) mean[r] = m[i];
+            if (rstd) rstd[r] = rs[i];
+        }
+    }
+    return 0;
+}
+
+static int backward_rows(const float* gy, const float* gu, const float* y, const float* mean, const float* rstd,
+                         const float* weight, const float* z, const float* bias, ptrdiff_t period, float* gx, float* gz,
+                         float* gweight, float* gbeta, float* gbias, ptrdiff_t rows, ptrdiff_t n) {
+    if (n < VEC || n > MAX_VECS * VEC || period > MAX_VECS * VEC) return 1;
+    row_t row;
+    row_layout(&row, n);
+    const ptrdiff_t nv = row.nv;
+    vec_t w[MAX_VECS], cb[MAX_VECS], g[MAX_VECS], h[MAX_VECS];
+    vec_t bw[MAX_VECS], bbe[MAX_VECS], bb[MAX_VECS]; /* this block's sums */
+    double accw[MAX_VECS * VEC] = {0}, accbe[MAX_VECS * VEC] = {0}, accb[MAX_VECS * VEC] = {0};
+    for (ptrdiff_t k = 0; k < nv; ++k) {
+        w[k] = loadv(weight + row.at[k]);
+        cb[k] = period ? splat(0.0f) : loadv(bias + row.at[k]);
+    }
+    for (ptrdiff_t start = 0, token = 0; start < rows; start += BLOCK) {
+        const ptrdiff_t end = start + BLOCK < rows ? start + BLOCK : rows;
+        for (ptrdiff_t k = 0; k < nv; ++k) bw[k] = bbe[k] = bb[k] = splat(0.0f);
+        for (ptrdiff_t r = start; r < end; ++r, token = period ? wrap(token + 1, period) : 0) {
+            ahead(gu, (r + AHEAD) * n, n, rows * n);
+            ahead(y, (r + AHEAD) * n, n, rows * n);
+            ahead(z, (r + AHEAD) * n, n, rows * n);
+            ahead(gy, (r + AHEAD) * n, n, rows * n);
+            const float m = mean[r], rs = rstd[r];
+            vec_t s1 = splat(0.0f), s2 = splat(0.0f);
+            for (ptrdiff_t k = 0; k < nv; ++k) {
+                const vec_t gk = loadv(gu + r * n + row.at[k]);
+                h[k] = (loadv(y + r * n + row.at[k]) - m) * rs; /* x-hat */
+                bw[k] += gk * h[k];
+                bbe[k] += gk;
+                g[k] = gk * w[k]; /* gradient of x-hat */
+                s1 += g[k] * row.new[k];
+                s2 += g[k] * h[k] * row.new[k];
+            }
+            const float c1 = total(s1) / (float)n, c2 = total(s2) / (float)n;
+            const vec_t tb = splat(period ? bias[token] : 0.0f);
+            vec_t sr = splat(0.0f);
+            for (ptrdiff_t k = 0; k < nv; ++k) {
+                vec_t gk = ((g[k] - c1) - h[k] * c2) * rs;
+                if (gy) gk = loadv(gy + r * n + row.at[k]) + gk;
+                storev(gx + r * n + row.at[k], gk);
+                const vec_t t = gk * gelu_grad(loadv(z + r * n + row.at[k]) + (cb[k] + tb));
+                storev(gz + r * n + row.at[k], t);
+                sr += t * row.new[k];
+                bb[k] += t;
+            }
+            if (period) accb[token] += total(sr);
+        }
+        add_by_channel(accw, bw, &row);
+        add_by_channel(accbe, bbe, &row);
+        if (!period) add_by_channel(accb, bb, &row);
+    }
+    for (ptrdiff_t j = 0; j < n; ++j) {
+        gweight[j] = (float)accw[j];
+        gbeta[j] = (float)accbe[j];
+    }
+    for (ptrdiff_t j = 0; j < (period ? period : n); ++j) gbias[j] = (float)accb[j];
+    return 0;
+}
+
+/* ---- rows of n = 4 or 8 channels, VEC / n to a vector ---------------------------------------------------- */
+
+/* Up to VEC floats from p (count of them), zero-padded; and back. */
+static inline __attribute__((always_inline)) vec_t get_some(const float* p, ptrdiff_t count) {
+    vec_t v = splat(0.0f);
+    if (count >= VEC) memcpy(&v, p, sizeof v);
+    else
+        for (ptrdiff_t l = 0; l < count; ++l) v[l] = p[l];
+    return v;
+}
+
+static inline __attribute__((always_inline)) void put_some(float* p, ptrdiff_t count, vec_t v) {
+    if (count >= VEC) memcpy(p, &v, sizeof v);
+    else
+        for (ptrdiff_t l = 0; l < count; ++l) p[l] = v[l];
+}
+
+static inline __attribute__((always_inline)) int packs(ptrdiff_t n) { return n == 4 || n == 8; }
+
+/* The bias of every element of a period of the stream (period rows, or one row for a channel bias), repeated so that
+ * VEC floats can be read from any offset within the period. */
+static void bias_plane(float* plane, const float* bias, ptrdiff_t period, ptrdiff_t n) {
+    const ptrdiff_t length = (period ? period : 1) * n;
+    for (ptrdiff_t i = 0; i < length + VEC; ++i) {
+        const ptrdiff_t e = i % length;
+        plane[i] = period ? bias[e / n] : bias[e % n];
+    }
+}
+
+/* The lane shuffles of a packing of rows of n channels, VEC / n to a vector. */
+typedef struct {
+    int n, levels;  /* levels: log2 n */
+    float inverse;  /* 1 / n, exact: multiplying by it is dividing by n */
+    ivec_t partner[3]; /* partner[i][k] = k xor 2^i */
+    ivec_t row_of;     /* lane k holds row k / n of the vector */
+    ivec_t first;      /* the first lane of row k: k n (k < VEC / n) */
+} packing_t;
+
+static packing_t packing(int n) {
+    packing_t p;
+    p.n = n;
+    p.levels = n == 8 ? 3 : 2;
+    p.inverse = 1.0f / (float)n;
+    for (int k = 0; k < VEC; ++k) {
+        for (int i = 0; i < 3; ++i) p.partner[i][k] = k ^ (1 << i);
+        p.row_of[k] = k / n;
+        p.first[k] = k < VEC / n ? k * n : 0;
+    }
+    return p;
+}
+
+/* Each lane's sum over its row's n lanes, in every lane of the row. */
+static inline __attribute__((always_inline)) vec_t row_sums(vec_t v, const packing_t* p) {
+    for (int i = 0; i < p->levels; ++i) v = v + __builtin_shuffle(v, p->partner[i]);
+    return v;
+}
+
+/* Per-row values[0 .. count) spread over the lanes of their rows. */
+static inline __attribute__((always_inline)) vec_t spread(const float* values, ptrdiff_t count, const packing_t* p) {
+    return __builtin_shuffle(get_some(values, count), p->row_of);
+}
+
+/* One lane of each row of v into values[0 .. count) (at most VEC / n). */
+static inline __attribute__((always_inline)) void gather_rows(float* values, ptrdiff_t count, vec_t v,
+                                                              const packing_t* p) {
+    put_some(values, count < VEC / p->n ? count : VEC / p->n, __builtin_shuffle(v, p->first));
+}
+
+static int forward_packed(const float* x, const float* z, const float* bias, ptrdiff_t period, const float* weight,
+                          const float* beta, float* y, float* u, float* mean, float* rstd, ptrdiff_t rows, int n,
+                          float eps) {
+    float plane[MAX_VECS * VEC + VEC];
+    const ptrdiff_t length = (period ? period : 1) * n, total_floats = rows * n, per = VEC / n;
+    if (length > MAX_VECS * VEC) return 1;
+    bias_plane(plane, bias, period, n);
+    const packing_t pk = packing(n);
+    vec_t w, be;
+    for (int k = 0; k < VEC; ++k) w[k] = weight[k % n], be[k] = beta[k % n];
+    for (ptrdiff_t f = 0, r0 = 0, at = 0; f < total_floats; f += VEC, r0 += per, at = wrap(at + VEC, length)) {
+        const ptrdiff_t count = total_floats - f;
+        ahead(x, f + AHEAD * 16, VEC, total_floats);
+        ahead(z, f + AHEAD * 16, VEC, total_floats);
+        vec_t b;
+        memcpy(&b, plane + at, sizeof b);
+        const vec_t v = get_some(x + f, count) + gelu(get_some(z + f, count) + b);
+        put_some(y + f, count, v);
+        const vec_t m = row_sums(v, &pk) * pk.inverse, d = v - m;
+        const vec_t rs = 1.0f / vsqrt(row_sums(d * d, &pk) * pk.inverse + eps);
+        put_some(u + f, count, d * rs * w + be);
+        if (mean) gather_rows(mean + r0, rows - r0, m, &pk);
+        if (rstd) gather_rows(rstd + r0, rows - r0, rs, &pk);
+    }
+    return 0;
+}
+
+static int backward_packed(const float* gy, const float* gu, const float* y, const float* mean, const float* rstd,
+                           const float* weight, const float* z, const float* bias, ptrdiff_t period, float* gx,
+                           float* gz, float* gweight, float* gbeta, float* gbias, ptrdiff_t rows, int n) {
+    float plane[MAX_VECS * VEC + VEC];
+    double accw[VEC] = {0}, accbe[VEC] = {0}, accb[MAX_VECS * VEC] = {0};
+    const ptrdiff_t length = (period ? period : 1) * n, total_floats = rows * n, per = VEC / n;
+    if (length > MAX_VECS * VEC || period > MAX_VECS * VEC) return 1;
+    bias_plane(plane, bias, period, n);
+    const packing_t pk = packing(n);
+    vec_t w;
+    for (int k = 0; k < VEC; ++k) w[k] = weight[k % n];
+    ptrdiff_t f = 0, r0 = 0, at = 0, token = 0; /* at: f mod length; token: r0 mod period */
+    while (f < total_floats) {
+        vec_t bw = splat(0.0f), bbe = splat(0.0f), bb = splat(0.0f); /* this block's sums, by lane */
+        for (int i = 0; i < BLOCK && f < total_floats;
+             ++i, f += VEC, r0 += per, at = wrap(at + VEC, length), token = period ? wrap(token + per, period) : 0) {
+            const ptrdiff_t count = total_floats - f;
+            ahead(gu, f + AHEAD * 16, VEC, total_floats);
+            ahead(y, f + AHEAD * 16, VEC, total_floats);
+            ahead(z, f + AHEAD * 16, VEC, total_floats);
+            ahead(gy, f + AHEAD * 16, VEC, total_floats);
+            const vec_t m = spread(mean + r0, rows - r0, &pk), rs = spread(rstd + r0, rows - r0, &pk);
+            const vec_t g0 = get_some(gu + f, count), h = (get_some(y + f, count) - m) * rs; /* x-hat */
+            bw += g0 * h;
+            bbe += g0;
+            const vec_t g = g0 * w; /* gradient of x-hat */
+            const vec_t c1 = row_sums(g, &pk) * pk.inverse, c2 = row_sums(g * h, &pk) * pk.inverse;
+            vec_t gk = ((g - c1) - h * c2) * rs;
+            if (gy) gk = get_some(gy + f, count) + gk;
+            put_some(gx + f, count, gk);
+            vec_t b;
+            memcpy(&b, plane + at, sizeof b);
+            const vec_t t = gk * gelu_grad(get_some(z + f, count) + b);
+            put_some(gz + f, count, t);
+            if (period) {
+                float sums[VEC];
+                const ptrdiff_t here = rows - r0 < per ? rows - r0 : per;
+                gather_rows(sums, per, row_sums(t, &pk), &pk);
+                for (ptrdiff_t k = 0, j = token; k < here; ++k, j = wrap(j + 1, period)) accb[j] += sums[k];
+            } else {
+                bb += t;
+            }
+        }
+        for (int k = 0; k < VEC; ++k) {
+            accw[k] += bw[k];
+            accbe[k] += bbe[k];
+            accb[k] += period ? 0.0 : bb[k];
+        }
+    }
+    for (int j = 0; j < n; ++j) {
+        double sw = 0.0, sbe = 0.0, sb = 0.0;
+        for (int k = j; k < VEC; k += n) sw += accw[k], sbe += accbe[k], sb += accb[k];
+        gweight[j] = (float)sw;
+        gbeta[j] = (float)sbe;
+        if (!period) gbias[j] = (float)sb;
+    }
+    if (period)
+        for (ptrdiff_t j = 0; j < period; ++j) gbias[j] = (float)accb[j];
+    return 0;
+}
+
+/* ---- entry points ------------------------------------------------------------------------------------------- */
+
+int pkmixer_residual_gelu_norm_forward(const float* x, const float* z, const float* bias, ptrdiff_t period,
+                                       const float* weight, const float* beta, float* y, float* u, float* mean,
+                                       float* rstd, ptrdiff_t rows, ptrdiff_t n, float eps) {
+    if (packs(n)) return forward_packed(x, z, bias, period, weight, beta, y, u, mean, rstd, rows, (int)n, eps);
+    if (n < 16) return 1;
+    return forward_rows(x, z, bias, period, weight, beta, y, u, mean, rstd, rows, n, eps);
+}
+
+int pkmixer_residual_gelu_norm_backward(const float* gy, const float* gu, const float* y, const float* mean,
+                                        const float* rstd, const float* weight, const float* z, const float* bias,
+                                        ptrdiff_t period, float* gx, float* gz, float* gweight, float* gbeta,
+                                        float* gbias, ptrdiff_t rows, ptrdiff_t n) {
+    if (packs(n))
+        return backward_packed(gy, gu, y, mean, rstd, weight, z, bias, period, gx, gz, gweight, gbeta, gbias, rows,
+                               (int)n);
+    if (n < 16) return 1;
+    return backward_rows(gy, gu, y, mean, rstd, weight, z, bias, period, gx, gz, gweight, gbeta, gbias, rows, n);
+}
