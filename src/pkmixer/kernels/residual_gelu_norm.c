@@ -10,10 +10,10 @@
  * (period S: b[r mod S] for row r - the token mixing's bias, one per token, on a (B, S, C) stream).
  *
  * Each element is read and written once in each direction, so the stream passes through memory four times in the
- * forward (x, z in; y, u out) and six in the backward, instead of the dozen that torch's GELU, sum, LayerNorm, their
- * backwards and the gradient accumulations take. Work runs in vectors of VEC floats. Rows of 16 channels or more go
- * GROUP at a time, each as vectors along its channels (the tail zero-padded and masked), so that the sums of the
- * rows' LayerNorms run side by side. Rows of n = 4 or 8 channels are packed VEC / n to a vector, as they lie in
+ * forward (x, z in; y, u out) and six in the backward, where torch's GELU, sum and LayerNorm, their backwards, the
+ * gradient accumulation and the bias reduction each pass over it on their own. Work runs in vectors of VEC floats. Rows of 16 channels or more go
+ * GROUP at a time, each as vectors along its channels (the last vector ending at the row's end, see row_t), so that
+ * the sums of the rows' LayerNorms run side by side. Rows of n = 4 or 8 channels are packed VEC / n to a vector, as they lie in
  * memory, and each row's sums are taken within its segment of the vector (a butterfly of lane shuffles). Other widths
  * below 16 are refused (the caller runs torch's operators).
  *

@@ -2,7 +2,7 @@
 
 An S-Mixer sublayer is ``x + φ(W LN(x) + b)``: between one sublayer's Dense and the next one's stand the bias, the
 exact GELU, the residual sum and the next LayerNorm, and in the backward their gradients and the accumulation of
-the residual's. torch runs them as some ten passes over the (B, S, C) stream; on a CPU, where the stream is larger
+the residual's. torch runs each as a pass of its own over the (B, S, C) stream; on a CPU, where the stream is larger
 than the cache, they take more of a training step than the products (docs/performance.md section (n)).
 :func:`residual_gelu_norm` computes
 
@@ -60,8 +60,13 @@ def kernel_takes(channels: int, bias_size: int, token_bias: bool) -> bool:
 
 def kernel_applies(x: torch.Tensor, z: torch.Tensor, bias: torch.Tensor, weight: torch.Tensor, beta: torch.Tensor,
                    token_bias: bool) -> bool:
-    """Whether the C kernel computes this call: float32 CPU tensors, widths it has code for (:func:`kernel_takes`),
-    one intra-op thread, and a kernel built on this machine."""
+    """Whether the C kernel computes this call: float32 CPU tensors of matching shapes (z as x, w and β one per
+    channel, b one per token or per channel), widths it has code for (:func:`kernel_takes`), one intra-op thread,
+    and a kernel built on this machine."""
+    if x.dim() < 2 or z.shape != x.shape or not weight.shape == beta.shape == x.shape[-1:]:
+        return False
+    if bias.shape != (x.shape[-2:-1] if token_bias else x.shape[-1:]):
+        return False
     return (torch.get_num_threads() == 1
             and all(t.dtype == torch.float32 and t.device.type == "cpu" for t in (x, z, bias, weight, beta))
             and kernel_takes(x.shape[-1], bias.numel(), token_bias) and _kernel() is not None)

@@ -244,8 +244,8 @@ class Mixer(TimmModel, nn.Module):
     """MLP-Mixer (``block="mlp"``) or S-Mixer (``block="fc"``), normal or RP; see the module docstring."""
 
     global_pool = "avg"  # timm's name of the head's pooling: the mean over tokens
-    __constants__ = ["fuse_sublayers", "final_layer_norm"]  # fixed when built: TorchScript compiles only the path
-    # they choose
+    # fixed when built (or moved, or pruned): TorchScript compiles only the path they choose
+    __constants__ = ["fuse_sublayers", "final_layer_norm"]
     CLASS_PAPERS = ("tolstikhin", "hayase")  # a Mixer built from its class: Listing 1, and the S-Mixer and RP forms
 
     @property
