@@ -579,6 +579,7 @@ def test_a_narrow_mixer_traces_scripts_exports_and_stacks(one_thread):
                for _ in range(2)]
     model = members[0].eval()
     assert sum(isinstance(m, NarrowLayerNorm) for m in model.modules()) == 6  # 2 per block, the skip, the head
+    assert model.fuse_sublayers  # its sublayers' norms run in the fused kernel (tests/test_fused_sublayers.py)
     x = torch.randn(3, 1, 16, 16)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)

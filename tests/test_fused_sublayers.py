@@ -2,8 +2,8 @@
 operators: the op in float32 against float64 autograd for every layout the kernel has (rows of 16 channels or more,
 with and without a partial last vector; 4 and 8 channels packed), its fallbacks, its builds at three x86-64 levels,
 its traced, scripted and exported forms; and fused models against the same models run as modules. The traced,
-scripted, exported, checkpointed and intermediate-feature forms of fused zoo models are checked bit for bit against
-the eager ones in tests/test_timm_conventions.py (smixer_c128p4_32) and tests/test_fastpaths.py (a C = 4 S-Mixer).
+scripted, exported, checkpointed and intermediate-feature forms of a fused zoo model are checked bit for bit against
+the eager ones here with tests/test_timm_conventions.py's checks, and a C = 4 S-Mixer's in tests/test_fastpaths.py.
 Correctness only: nothing here is timed."""
 import ctypes
 import os
@@ -246,11 +246,12 @@ def test_fused_model_equals_its_modules(one_thread, name, overrides):
     assert max(_rel(a, r) for a, r in zip(*results)) < 1e-5
 
 
-def test_which_models_fuse():
+def test_which_models_fuse(one_thread):
     """S-Mixers with the exact GELU, Listing 1's token mixing and widths the kernel takes are fusable; RP blocks, the
     MLP-Mixer, other activations, dropout, stochastic depth, untied tokens and widths without code are not. A
-    fusable model runs fused in float32 on the CPU where the kernel is built: casting it to float64 and back turns
-    the fused path off and on again."""
+    fusable model runs fused in float32 on the CPU with one intra-op thread where the kernel is built: casting it to
+    float64 and back turns the fused path off and on again, and built or moved with two threads it runs its
+    modules."""
     def fusable(name, **kw):
         return pkmixer.create_model(name, img_size=16, depth=2, **kw).fusable
 
@@ -260,9 +261,26 @@ def test_which_models_fuse():
     assert not fusable("smixer_t4_28", act="gelu_tanh") and not fusable("smixer_t4_28", act="relu")
     assert not fusable("smixer_t4_28", drop_path_rate=0.1) and not fusable("smixer_t4_28", proj_drop_rate=0.1)
     assert not fusable("smixer_t4_28", untied_tokens=True) and not fusable("smixer_t4_28", embed_dim=7)
+    torch.set_num_threads(1)
     model = pkmixer.create_model("smixer_t4_28", img_size=16, depth=2)
     assert model.fuse_sublayers == fused.kernel_available()
     assert not model.double().fuse_sublayers and model.float().fuse_sublayers == fused.kernel_available()
+    torch.set_num_threads(2)  # torch's operators share the work: the modules run
+    assert not pkmixer.create_model("smixer_t4_28", img_size=16, depth=2).fuse_sublayers
+    assert not model.float().fuse_sublayers
+
+
+@pytest.mark.parametrize("check", ["features/head/reset(0)", "features_only", "forward_intermediates/prune",
+                                   "grad checkpointing", "fx fwd+bwd", "torchscript", "torch.export"])
+def test_fused_model_keeps_timm_conventions(one_thread, check):
+    """The timm conventions' bit-for-bit checks (tests/test_timm_conventions.py: eager against checkpointed, traced,
+    scripted and exported forwards, forward_intermediates and features_only with their pruning) on a fused
+    S-Mixer, built with one thread (that file's own models, built with the session's threads, may run modules)."""
+    from test_timm_conventions import CHECKS, build
+
+    _kernel_or_skip()
+    assert build("smixer_c128p4_32").fuse_sublayers
+    CHECKS[check]("smixer_c128p4_32")
 
 
 def test_hooks_run_the_modules(one_thread):

@@ -27,12 +27,13 @@ With channel groups the token MLP's input is S·G wide and D_S = γ·S·G; in a 
 token count.
 
 An S-Mixer with the exact GELU, Listing 1's token mixing (no RP blocks, dropout or stochastic depth) and a width the
-C kernel has code for (:func:`pkmixer.layers.fused.kernel_takes`) is ``fusable``; in float32 on the CPU, with the
-kernel built, it runs fused (``fuse_sublayers``, set when it is built, moved or cast): each sublayer's bias, GELU,
-residual sum and the next LayerNorm in one pass (:func:`pkmixer.layers.fused.residual_gelu_norm`), in its eager,
-traced, scripted, exported and compiled forwards, checkpointed or not, and in ``forward_intermediates`` at the blocks,
-all of which then compute the same bits. A forward while a module hook watches the blocks runs the modules instead
-(same results within float rounding), as does every model with ``PKMIXER_NATIVE_KERNELS=0``.
+C kernel has code for (:func:`pkmixer.layers.fused.kernel_takes`) is ``fusable``. Built, moved or cast to float32 on
+the CPU while torch uses one intra-op thread (the sweeps' setting), with the kernel built, it runs fused
+(``fuse_sublayers``): each sublayer's bias, GELU, residual sum and the next LayerNorm in one pass
+(:func:`pkmixer.layers.fused.residual_gelu_norm`), in its eager, traced, scripted, exported and compiled forwards,
+checkpointed or not, and in ``forward_intermediates`` at the blocks, all of which then compute the same bits. A
+forward while a module hook watches the blocks runs the modules instead (same results within float rounding), as
+does every model with ``PKMIXER_NATIVE_KERNELS=0``.
 
 The class follows the model contract (:mod:`pkmixer.models.contract`): its effective wide MLP
 (:meth:`Mixer.effective_mlp`, Prop. 3.2, Eq. 19), the rows of its stem, and its token-mixing and per-patch
@@ -442,11 +443,12 @@ class Mixer(TimmModel, nn.Module):
 
     @torch.jit.unused
     def _fuses(self) -> bool:
-        """Whether the sublayers run fused: a fusable S-Mixer (module docstring) in float32 on the CPU, with the
-        kernel built on this machine."""
+        """Whether the sublayers run fused: a fusable S-Mixer (module docstring) in float32 on the CPU, built or
+        moved while torch uses one intra-op thread (the kernel's; with more, torch's own operators share the work
+        and the modules run faster than the fused path's fallback), with the kernel built on this machine."""
         weight = self.stem.weight
         return (self.fusable and weight.device.type == "cpu" and weight.dtype == torch.float32
-                and fused.kernel_available())
+                and torch.get_num_threads() == 1 and fused.kernel_available())
 
     def _apply(self, fn, recurse=True):  # .to(), .cuda(), .double(), ...: the fused path follows the parameters
         module = super()._apply(fn, recurse)
