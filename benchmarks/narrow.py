@@ -4,11 +4,14 @@ Per multiply-add: the fig5/fig6 medium grid (Ω = 2^15, the mirrored pairs (C, S
 Fashion-MNIST's 28 px images in patches of 4) and, narrower than it, (4, 126) at the same Ω, S-Mixer and RP
 S-Mixer, one training step (fused AdamW, batch 128) each. A family's six models are timed round-robin in one loop;
 a point's cost is its median step time over its training FLOPs (torch.utils.flop_counter, forward + backward), and
-its ratio is that cost over the square model's (C = S) of the same family. A ratio of 1 means a narrow model pays per multiply-add what the square one does. Each
-model is timed in the same loop beside a copy whose stem is torch's ``nn.Conv2d`` (the peer of the stem's fast path,
-:class:`pkmixer.layers.patch.PatchConv`) and a copy whose LayerNorms are all torch's ``nn.LayerNorm`` (the peer of
-:class:`pkmixer.layers.norm.NarrowLayerNorm`, the C kernel a model uses below 16 channels; from 16 up the two are
-the same model, a control of the loop).
+its ratio is that cost over the square model's (C = S) of the same family. A ratio of 1 means a narrow model pays
+per multiply-add what the square one does. Each model is timed in the same loop beside its peers (:data:`VARIANTS`):
+a copy whose stem is torch's ``nn.Conv2d`` (the peer of :class:`pkmixer.layers.patch.PatchConv`); a copy that runs
+its sublayers as modules (the peer of the fused sublayers, :mod:`pkmixer.layers.fused`; for a model without them the
+same model, a control of the loop); that copy with every LayerNorm torch's ``nn.LayerNorm`` (the peer of
+:class:`pkmixer.layers.norm.NarrowLayerNorm`, below 16 channels; from 16 up a control); and a copy whose RP gathers
+run torch's operators (the peer of the gather kernel of :func:`pkmixer.layers.pk.permute_columns`; a control for
+the S-Mixer). Every variant is built twice, in palindromic order, and timed as the mean of its two copies.
 
 LayerNorm over few channels: torch's kernel against five other formulations (a ``var_mean`` decomposition,
 ``group_norm`` with one group per token, ``batch_norm`` of the transposed stream, a hand-written forward and
@@ -20,7 +23,9 @@ Own products: the small CIFAR S-Mixer (S = C = 64, patch 4 on 32 px, 8 blocks, b
 product of one training step (mm, addmm, bmm, baddbmm, forward and backward) is recorded with its operands' shapes
 and strides (``TorchDispatchMode``), and replayed alone on fresh tensors of the same layout; the step's time over
 the replay's, timed in the same loop, is how far the rest of the step (norms, activations, sums, copies, the
-optimizer) takes it from the time its products need.
+optimizer) takes it from the time its products need. Beside them: the same step with the sublayers run as modules,
+and the replay followed by the element-wise floor (:func:`element_wise_floor`), the least time any fusion of the
+element-wise work around these products could take.
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pkmixer.experiments.presets.fig5 import MEDIUM
 from pkmixer.layers.norm import KERNEL_WIDTHS, NarrowLayerNorm, narrow_layer_norm
+from pkmixer.layers.pk import PKMixing
 from pkmixer.models.registry import create_model
 from pkmixer.theory.width import symmetric_pairs
 
@@ -54,10 +60,13 @@ def _pairs(settings: Settings) -> tuple[int, list[tuple[int, int]]]:
 
 
 # the variants of each grid model timed: ours; with its stem torch's module; with its sublayers run as modules
-# (the peer of the fused sublayers); and that with every LayerNorm torch's module (the peer of NarrowLayerNorm)
+# (the peer of the fused sublayers); that with every LayerNorm torch's module (the peer of NarrowLayerNorm); and with
+# its RP gathers torch's operators (the peer of the gather kernel)
 VARIANTS: dict[str, Callable[[nn.Module], nn.Module]] = {
-    "ours": copy.deepcopy, "conv stem": lambda m: with_conv_stem(m), "plain sublayers": lambda m: with_plain_sublayers(m),
-    "torch norm": lambda m: with_torch_layer_norm(with_plain_sublayers(m))}
+    "ours": copy.deepcopy, "conv stem": lambda m: with_conv_stem(m),
+    "plain sublayers": lambda m: with_plain_sublayers(m),
+    "torch norm": lambda m: with_torch_layer_norm(with_plain_sublayers(m)),
+    "torch gather": lambda m: with_torch_gather(m)}
 
 
 def section_n(settings: Settings) -> dict:
@@ -83,13 +92,14 @@ def section_n(settings: Settings) -> dict:
         square = min(pairs, key=lambda p: abs(p[0] - p[1]))
         per_flop = {p: t[(p, "ours")].median_s / flops[p] for p in pairs}
         for (C, S) in pairs:
-            ours, conv, plain, norm = (t[((C, S), v)] for v in VARIANTS)
+            ours, conv, plain, norm, gather = (t[((C, S), v)] for v in VARIANTS)
             rows.append({"family": family, "model": name, "omega": omega, "C": C, "S": S, "batch": batch,
                          "fused": models[(C, S)].fuse_sublayers,
                          "train_flops": flops[(C, S)], "time": ours.as_dict(), "conv_stem_time": conv.as_dict(),
                          "stem_speedup": ratio(conv.median_s, ours.median_s),
                          "plain_sublayers_time": plain.as_dict(), "fused_speedup": ratio(plain.median_s, ours.median_s),
                          "torch_norm_time": norm.as_dict(), "norm_speedup": ratio(norm.median_s, plain.median_s),
+                         "torch_gather_time": gather.as_dict(), "gather_speedup": ratio(gather.median_s, ours.median_s),
                          "ns_per_flop": 1e9 * per_flop[(C, S)], "per_flop_vs_square": ratio(per_flop[(C, S)],
                                                                                             per_flop[square])})
     return {"rows": rows, "layer_norm": layer_norm_rows(settings, pairs, batch),
@@ -194,6 +204,16 @@ def with_plain_sublayers(model: nn.Module) -> nn.Module:
     :func:`pkmixer.layers.fused.residual_gelu_norm`), with the same weights."""
     plain = copy.deepcopy(model)
     plain.fuse_sublayers = False
+    return plain
+
+
+def with_torch_gather(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` whose RP gathers run torch's operators (``native_gather = False`` on every PK layer: the
+    peer of the C kernel of :func:`pkmixer.layers.pk.permute_columns`), with the same weights."""
+    plain = copy.deepcopy(model)
+    for module in plain.modules():
+        if isinstance(module, PKMixing):
+            module.native_gather = False
     return plain
 
 

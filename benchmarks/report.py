@@ -265,18 +265,21 @@ def markdown(result: dict) -> str:
                   "ratio = per FLOP / the square model's of the same family. Steps in ms; beside each, timed in the "
                   "same loop, the same model with torch's nn.Conv2d as its stem (PatchConv's speedup over it), with "
                   "its sublayers run as modules (fused sublayers' speedup over it; 'not fused': a model without "
-                  "the fused path, the same model twice), and that with torch's nn.LayerNorm for every "
-                  "NarrowLayerNorm (NarrowLayerNorm's speedup over it).",
+                  "the fused path, the same model twice), that with torch's nn.LayerNorm for every "
+                  "NarrowLayerNorm (NarrowLayerNorm's speedup over it), and with its RP gathers torch's "
+                  "operators (the gather kernel's speedup over it; for a model without RP gathers, a control).",
                   ""]
         rows = [[r["family"], f"({r['C']}, {r['S']})", f"{r['train_flops'] / 1e9:.3f}", _ms(r["time"]),
                  f"{r['ns_per_flop']:.3f}", _x(r["per_flop_vs_square"]), _ms(r["conv_stem_time"]),
                  _x(r["stem_speedup"]), _ms(r.get("plain_sublayers_time")),
                  _x(r.get("fused_speedup")) if r.get("fused") else "not fused",
-                 _ms(r.get("torch_norm_time")), _x(r.get("norm_speedup"))]
+                 _ms(r.get("torch_norm_time")), _x(r.get("norm_speedup")), _ms(r.get("torch_gather_time")),
+                 _x(r.get("gather_speedup"))]
                 for r in n["rows"]]
         lines += _table(["family", "(C, S)", "GFLOP per step", "step", "ns per FLOP", "per FLOP vs square",
                          "step, nn.Conv2d stem", "PatchConv speedup", "step, plain sublayers",
-                         "fused sublayers speedup", "step, plain + nn.LayerNorm", "NarrowLayerNorm speedup"], rows)
+                         "fused sublayers speedup", "step, plain + nn.LayerNorm", "NarrowLayerNorm speedup",
+                         "step, torch gathers", "gather kernel speedup"], rows)
         names = list(n["layer_norm"][0]["times"])
         lines += ["", f"LayerNorm over C channels of the ({first['batch']}, S, C) stream, forward + backward, ms "
                   "(time / torch's kernel):", ""]

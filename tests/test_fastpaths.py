@@ -169,6 +169,34 @@ def test_permute_columns_matches_index_select():
     assert torch.equal(permute_columns(x, idx), ref)
 
 
+@pytest.mark.parametrize("rows, m", [(128, 1024), (5, 37), (0, 9)])
+def test_permute_columns_kernel_moves_what_torch_moves(one_thread, rows, m):
+    """With one thread the RP gathers run the C kernel: forward and backward the bits of torch.gather and scatter_
+    (strided inputs too, and an empty batch); with two threads, or native=False, torch's operators run; an index
+    out of range makes the kernel refuse, and torch's gather raises."""
+    from pkmixer.layers import pk
+
+    if pk._kernel() is None:
+        pytest.skip("no C kernel on this machine: needs a C compiler (cc)")
+    idx = torch.randperm(m, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(m, rows).t().requires_grad_()  # a transposed (rows, m) view
+    g = torch.randn(rows, m)
+    assert pk.kernel_applies(x, idx)
+    got = permute_columns(x, idx)
+    want = torch.gather(x, 1, idx.expand(rows, -1))
+    assert torch.equal(got, want)
+    assert torch.equal(torch.autograd.grad(got, x, g)[0], torch.autograd.grad(want, x, g)[0])
+    assert torch.equal(permute_columns(x, idx, False), want)
+    torch.set_num_threads(2)
+    assert not pk.kernel_applies(x, idx)
+    torch.set_num_threads(1)
+    bad = idx.clone()
+    bad[0] = m
+    assert pk._native("pkmixer_gather_columns", x.detach(), bad) is None
+    with pytest.raises(RuntimeError):
+        permute_columns(torch.randn(max(rows, 1), m), bad)
+
+
 def test_rp_mixing_follows_loaded_permutations_and_copies():
     a, b = (PKMixing(FcAct(6, None, 6), "token", 5, 6, 6, perms=("random", "random"),
                      generator=torch.Generator().manual_seed(seed)).double() for seed in (0, 1))

@@ -2,8 +2,8 @@
 
 A record is the run's results-table row (:func:`pkmixer.experiments.sweep.run_row`: its meta, final metrics, the
 validation-selected epoch and its test error, every epoch's training, validation and test loss and error, its
-probes' numbers, the environment it ran in - torch, Python, pkmixer, commit, CPU ISA, threads, the C LayerNorm's
-build) with its whole config, a key that identifies the config (:func:`run_key`: the config without the keys that do
+probes' numbers, the environment it ran in - torch, Python, pkmixer, commit, CPU ISA, threads, the C kernels'
+builds) with its whole config, a key that identifies the config (:func:`run_key`: the config without the keys that do
 not change a result, and the probes) and the hash of the rules of the preset that decided with it
 (:meth:`pkmixer.experiments.preset.Preset.rules_hash`), and the numbers a preset derives from several runs' files
 once its sweep is done (:meth:`~pkmixer.experiments.preset.Preset.derive`: fig2's CKA against its Mixer;

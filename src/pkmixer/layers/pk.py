@@ -14,17 +14,21 @@ Neither moves data: channel mixing is the MLP on the last axis, and token mixing
 ``forward_left`` (W X as one batched product, :mod:`pkmixer.layers.mlp`), or a transposed view for any other
 MLP module. An RP layer (S.13) draws J₁ and J₂ uniformly at random once, keeps them frozen as ``int64``
 buffers in the state dict, and runs as two gathers. Any other choice of J₁, J₂ among identity, commutation and
-random (Def. 5.1) runs as gathers too (:func:`permute_columns`): a multi-threaded ``torch.gather`` forward and
-``scatter_`` backward. Which of these paths a layer takes is fixed when it is built, so that its ``forward`` has
+random (Def. 5.1) runs as gathers too (:func:`permute_columns`): with one intra-op thread a small C kernel moving a
+row at a time, else a multi-threaded ``torch.gather`` forward and ``scatter_`` backward, the same numbers either
+way. Which of these paths a layer takes is fixed when it is built, so that its ``forward`` has
 no Python branch on shapes or data (torch.fx, TorchScript and torch.export trace it as it runs).
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 from typing import Literal
 
 import torch
 from torch import nn
 
+from .. import kernels
 from .mlp import NARROW_COLUMNS, FcAct, Mlp
 
 Axis = Literal["token", "channel"]
@@ -53,36 +57,78 @@ def inverse_permutation(idx: torch.Tensor) -> torch.Tensor:
     return inv
 
 
+@functools.cache
+def _kernel() -> ctypes.CDLL | None:
+    lib = kernels.load("permute_columns")
+    if lib is not None:
+        ptr, size = ctypes.c_void_p, ctypes.c_ssize_t
+        for fn in (lib.pkmixer_gather_columns, lib.pkmixer_scatter_columns):
+            fn.argtypes = [ptr] * 3 + [size, size]
+            fn.restype = ctypes.c_int
+    return lib
+
+
+def kernel_applies(x: torch.Tensor, index: torch.Tensor) -> bool:
+    """Whether the C kernel ``pkmixer/kernels/permute_columns.c`` moves the columns: a float32 CPU matrix, an int64
+    CPU index of its width, one intra-op thread (torch's gather and scatter spread over more) and a kernel built on
+    this machine. It moves the same numbers as torch's operators, bit for bit."""
+    return (x.dim() == 2 and x.dtype == torch.float32 and x.device.type == "cpu" and index.dim() == 1
+            and index.dtype == torch.int64 and index.device.type == "cpu" and index.numel() == x.shape[1]
+            and torch.get_num_threads() == 1 and not kernels.functorch_wrapped(x) and _kernel() is not None)
+
+
+def _native(entry: str, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor | None:
+    """The kernel's ``entry`` (gather or scatter) on x, or None where it refused the index."""
+    x, index = x.contiguous(), index.contiguous()
+    out = torch.empty_like(x)
+    failed = getattr(_kernel(), entry)(x.data_ptr(), index.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1])
+    return None if failed else out
+
+
+def _gather_columns(x: torch.Tensor, index: torch.Tensor, native: bool = True) -> torch.Tensor:
+    """x[:, index]: the C kernel where it applies (and ``native``), else ``torch.gather``."""
+    if native and kernel_applies(x, index):
+        out = _native("pkmixer_gather_columns", x, index)
+        if out is not None:
+            return out
+    return torch.gather(x, 1, index.expand(x.shape[0], -1))
+
+
+def _scatter_columns(grad: torch.Tensor, index: torch.Tensor, native: bool = True) -> torch.Tensor:
+    """z with z[:, index[i]] = grad[:, i]: the transpose of the column gather by a permutation ``index``."""
+    if native and kernel_applies(grad, index):
+        out = _native("pkmixer_scatter_columns", grad, index)
+        if out is not None:
+            return out
+    return torch.empty_like(grad).scatter_(1, index.expand(grad.shape[0], -1), grad)
+
+
 class PermuteColumns(torch.autograd.Function):
     """y = x[:, idx] for a permutation ``idx`` of x's m columns; the gradient goes back by scattering to idx.
 
-    Both directions move data only, with the index broadcast over the batch (a stride-0 view): the forward is
-    ``torch.gather`` and the backward ``scatter_``, which run on all threads, where ``index_select`` along
-    dim 1 runs on one and its autograd scatter-adds into zeros as it must for an index with repeats. For a
-    permutation the scatter to idx is the same map as a gather with idx⁻¹, so no inverse is needed. The index
-    is frozen structure, not an input: it is kept on ``ctx``, not saved as a tensor.
+    Both directions move data only: with one intra-op thread through the C kernel (:func:`kernel_applies`), else
+    ``torch.gather`` forward and ``scatter_`` backward with the index broadcast over the batch (a stride-0 view),
+    which run on all threads, where ``index_select`` along dim 1 runs on one and its autograd scatter-adds into zeros
+    as it must for an index with repeats. For a permutation the scatter to idx is the same map as a gather with
+    idx⁻¹, so no inverse is needed. The index is frozen structure, not an input: it is kept on ``ctx``, not saved
+    as a tensor. ``native=False`` keeps torch's operators (the benchmarks' peer).
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:  # (B, m)
-        ctx.index = index
-        return torch.gather(x, 1, index.expand(x.shape[0], -1))
+    def forward(ctx, x: torch.Tensor, index: torch.Tensor, native: bool = True) -> torch.Tensor:  # (B, m)
+        ctx.index, ctx.native = index, native
+        return _gather_columns(x, index, native)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return _scatter_columns(grad, ctx.index), None
-
-
-def _scatter_columns(grad: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """z with z[:, index[i]] = grad[:, i]: the transpose of the column gather by a permutation ``index``."""
-    return torch.empty_like(grad).scatter_(1, index.expand(grad.shape[0], -1), grad)
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        return _scatter_columns(grad, ctx.index, ctx.native), None, None
 
 
 # The same map as an operator of torch.ops, for TorchScript (which cannot run an autograd.Function): a scripted
 # model calls it, eager and traced models call PermuteColumns (identical values both ways, forward and backward).
 @torch.library.custom_op("pkmixer::permute_columns", mutates_args=())
 def _permute_columns_op(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    return torch.gather(x, 1, index.expand(x.shape[0], -1))
+    return _gather_columns(x, index)
 
 
 @_permute_columns_op.register_fake
@@ -101,14 +147,16 @@ def _permute_backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
 _permute_columns_op.register_autograd(_permute_backward, setup_context=_permute_setup)
 
 
-def permute_columns(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+def permute_columns(x: torch.Tensor, index: torch.Tensor, native: bool = True) -> torch.Tensor:
     """x[:, index] for a permutation ``index`` of x's columns, x of shape (B, m) (:class:`PermuteColumns`).
 
-    One node of an FX graph (``torch.fx.wrap``), the operator ``torch.ops.pkmixer.permute_columns`` in
-    TorchScript."""
+    One node of an FX graph (``torch.fx.wrap``), the operator ``torch.ops.pkmixer.permute_columns`` in TorchScript,
+    torch.jit.trace, torch.export and torch.compile (which moves the same numbers whatever ``native`` says)."""
     if torch.jit.is_scripting():
         return torch.ops.pkmixer.permute_columns(x, index)
-    return PermuteColumns.apply(x, index)
+    if torch.jit.is_tracing() or torch.compiler.is_compiling():  # opaque to them: one operator, no graph break
+        return torch.ops.pkmixer.permute_columns(x, index)
+    return PermuteColumns.apply(x, index, native)
 
 
 torch.fx.wrap("permute_columns")
@@ -155,6 +203,7 @@ class PKMixing(nn.Module):
         self.normal_channel = self.normal and axis == "channel"
         self.normal_left = self.normal and axis == "token" and isinstance(mlp, (Mlp, FcAct))
         self.narrow = other < NARROW_COLUMNS
+        self.native_gather = True  # gathers through the C kernel where it applies (False: torch's operators)
         self.out_rows, self.out_cols = (out_features, other) if axis == "token" else (other, out_features)
         if not self.normal:
             rows_in = (in_features, other) if axis == "token" else (other, in_features)  # the input feature map
@@ -179,9 +228,9 @@ class PKMixing(nn.Module):
             y = self.mlp(x.transpose(1, 2)).transpose(1, 2)
         else:
             B = x.shape[0]
-            y = permute_columns(x.reshape(B, -1), self.in_index)  # J₁: (B, other * in)
+            y = permute_columns(x.reshape(B, -1), self.in_index, self.native_gather)  # J₁: (B, other * in)
             y = self.mlp(y.view(B, self.other, self.in_features))  # I ⊗ W: (B, other, out)
-            y = permute_columns(y.reshape(B, -1), self.out_index)  # J₂: (B, other * out)
+            y = permute_columns(y.reshape(B, -1), self.out_index, self.native_gather)  # J₂: (B, other * out)
             y = y.view(B, self.out_rows, self.out_cols)  # (B, S_out, C) or (B, S, C_out)
         return y
 
