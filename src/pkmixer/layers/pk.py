@@ -124,8 +124,9 @@ class PermuteColumns(torch.autograd.Function):
         return _scatter_columns(grad, ctx.index, ctx.native), None, None
 
 
-# The same map as an operator of torch.ops, for TorchScript (which cannot run an autograd.Function): a scripted
-# model calls it, eager and traced models call PermuteColumns (identical values both ways, forward and backward).
+# The same map as an operator of torch.ops, for TorchScript (which cannot run an autograd.Function) and the tracers
+# that should not look inside: scripted, jit-traced, exported and compiled models call it, eager and FX-traced ones
+# PermuteColumns (identical values both ways, forward and backward).
 @torch.library.custom_op("pkmixer::permute_columns", mutates_args=())
 def _permute_columns_op(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return _gather_columns(x, index)
