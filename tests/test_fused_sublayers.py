@@ -1,7 +1,7 @@
 """The S-Mixer's fused sublayers (pkmixer.layers.fused, the C kernel ``residual_gelu_norm.c``) against torch's
 operators: the op in float32 against float64 autograd for every layout the kernel has (rows of 16 channels or more,
-with and without a partial last vector; 4 and 8 channels packed), its fallbacks, its builds at three x86-64 levels,
-its traced, scripted and exported forms; and fused models against the same models run as modules. The traced,
+with and without a partial last vector; 4 and 8 channels packed), its fallbacks, its builds at three x86-64 levels
+(the same bits but for AVX-512's row sums), its traced, scripted and exported forms; and fused models against the same models run as modules. The traced,
 scripted, exported, checkpointed and intermediate-feature forms of a fused zoo model are checked bit for bit against
 the eager ones here with tests/test_timm_conventions.py's checks, and a C = 4 S-Mixer's in tests/test_fastpaths.py.
 Correctness only: nothing here is timed."""
@@ -166,8 +166,10 @@ def test_op_is_one_node_when_traced_scripted_and_exported(one_thread):
 
 
 def test_kernel_is_bit_identical_across_x86_levels(tmp_path):
-    """The kernel built for the baseline x86-64 (fused multiply-adds from the library), for x86-64-v3 and for this
-    machine's level gives the same bits, packed rows and rows with a partial last vector, both bias kinds."""
+    """The kernel built for the baseline x86-64 (fused multiply-adds from the library) and for x86-64-v3 gives the
+    same bits, packed rows and rows with a partial last vector, both bias kinds; a build for this machine's level
+    gives them too, but for an AVX-512 build (16-float vectors, whose sums over a row add in another order), whose
+    element-wise output y is the same bits and the rest within float rounding."""
     from pkmixer import kernels
 
     if platform.machine() != "x86_64":
@@ -200,8 +202,27 @@ def test_kernel_is_bit_identical_across_x86_levels(tmp_path):
                 gbias.data_ptr(), rows, C) == 0
             found += [y, u, mean, rstd, gx, gz, gw, gbeta, gbias]
         outputs.append(found)
-    for other in outputs[1:]:
-        assert all(torch.equal(a, b) for a, b in zip(outputs[0], other))
+    baseline, v3, native = outputs
+    assert all(torch.equal(a, b) for a, b in zip(baseline, v3))
+    if "-march=x86-64-v4" not in kernels._flags():
+        assert all(torch.equal(a, b) for a, b in zip(v3, native))
+    for k, (a, b) in enumerate(zip(v3, native)):
+        if k % 9 == 0:  # y
+            assert torch.equal(a, b)
+        assert _rel(b, a) < 1e-5
+
+
+def test_kernel_is_not_used_below_avx2(monkeypatch, tmp_path):
+    """On an x86-64 CPU without AVX2 and FMA the kernel is not built (its fmaf calls would run in software), and
+    says why."""
+    from pkmixer import kernels
+
+    monkeypatch.setenv("PKMIXER_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(kernels, "_flags", lambda: kernels._BASE_FLAGS)
+    with pytest.raises(RuntimeError, match="without AVX2"):
+        kernels._build("residual_gelu_norm")
+    kernels._build("layer_norm")  # a kernel without fused multiply-adds is built at any level
 
 
 # ---- models -----------------------------------------------------------------------------------------------

@@ -8,8 +8,8 @@ target the x86-64 level torch's own CPU kernels use on this machine (``-march=x8
 depend on that level. Builds write to a temporary file and rename it, so concurrent processes (a sweep's workers)
 never load a half-written library.
 
-Where a kernel cannot be had - no compiler (``$CC``, else ``cc``), a failed build, an unwritable cache, or
-``PKMIXER_NATIVE_KERNELS=0`` - :func:`load` returns None, the first time with a warning that says why, and the
+Where a kernel cannot be had - no compiler (``$CC``, else ``cc``), a failed build, an unwritable cache,
+``PKMIXER_NATIVE_KERNELS=0``, or for the kernels of :data:`NEEDS_FMA` an x86-64 CPU below AVX2 - :func:`load` returns None, the first time with a warning that says why, and the
 layers that use it run torch's own operators instead (same results up to float rounding). :func:`describe` is the line a
 run's environment records.
 """
@@ -59,10 +59,18 @@ def _compiler() -> tuple[str, str] | None:
     return (found, done.stdout.splitlines()[0]) if done.returncode == 0 and done.stdout else None
 
 
+# Kernels whose arithmetic is mostly fused multiply-adds (fmaf): on an x86-64 machine without them in hardware (below
+# AVX2) the C library computes each in software, and the kernel runs slower than torch's operators.
+NEEDS_FMA = frozenset({"residual_gelu_norm"})
+
+
 def _build(name: str) -> tuple[ctypes.CDLL, str]:
     """Build (or find) and load ``<name>.c``: (the library, a line describing it); RuntimeError with the reason."""
     if os.environ.get(SWITCH, "1") == "0":
         raise RuntimeError(f"{SWITCH}=0")
+    if name in NEEDS_FMA and platform.machine() in ("x86_64", "AMD64") and len(_flags()) == len(_BASE_FLAGS):
+        raise RuntimeError("not used on an x86-64 CPU without AVX2 and FMA (its fused multiply-adds would run in "
+                           "software)")
     compiler = _compiler()
     if compiler is None:
         raise RuntimeError(f"no C compiler ({os.environ.get('CC') or 'cc'}) on PATH")

@@ -20,14 +20,22 @@
  * erf is the rational approximation of Eigen and XLA (clamped to [-4, 4]), exp a Cody-Waite reduction with Cephes's
  * polynomial, both in plain arithmetic and explicit fused multiply-adds (fmaf, one rounding whether the instruction
  * or the library computes it), so that with -ffp-contract=off (the loader's flags) and IEEE division and square
- * root the results do not depend on the x86-64 level. The parameter gradients accumulate per block of rows in
- * float and the blocks in double.
+ * root the element-wise results do not depend on the x86-64 level; the sums over a row's channels (the LayerNorm's
+ * moments and its backward's) and the parameter gradients add in the order of VEC lanes, so builds with the same
+ * VEC (the baseline and x86-64-v3) give the same bits and an AVX-512 build may differ from them in the last bits.
+ * The parameter gradients accumulate per block of rows in float and the blocks in double.
  */
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
 
+/* A vector is one machine register: 16 floats with AVX-512, 8 otherwise. GCC splits a 16-float vector into two
+ * halves on an AVX2 machine, but its code for them ran 3-4 times as long as the same work in 8-float vectors. */
+#ifdef __AVX512F__
 #define VEC 16
+#else
+#define VEC 8
+#endif
 #define MAX_VECS (2048 / VEC) /* rows up to 2048 channels, biases up to 2048 tokens */
 #define BLOCK 64              /* rows (vectors, packed) whose parameter gradients are summed in float */
 #define GROUP 4               /* rows computed side by side */
