@@ -69,6 +69,42 @@ def test_kernel_matches_float64_autograd(one_thread, B, S, C, token_bias, with_g
     assert max(errors) < 1e-5, errors
 
 
+SEQUENCE_FIRST_CASES = [(16, 64, 8, True), (5, 126, 4, True), (3, 49, 4, True), (7, 9, 8, True), (4, 30, 16, True),
+                        (3, 7, 40, True), (6, 49, 8, False)]
+
+
+@pytest.mark.parametrize("B, S, C, token_bias", SEQUENCE_FIRST_CASES)
+def test_sequence_first_stream_gives_the_rows_of_the_batch_first_one(one_thread, B, S, C, token_bias):
+    """On an (S, B, C) stream (``sequence_first``, the layout of a narrow S-Mixer's fused path) y, u and the
+    gradients of x and z are the (B, S, C) stream's rows bit for bit (each row's work is the same), those of b, w
+    and β within float rounding of them (their sums run over the rows in another order), and all within 1e-5 of
+    float64 autograd; odd B puts the packed rows of one vector under two tokens."""
+    _kernel_or_skip()
+    inputs, grad_y, grad_u = _inputs(B, S, C, token_bias)
+    seq = [t.transpose(0, 1).contiguous() for t in inputs[:2]] + inputs[2:]
+    gy, gu = (t.transpose(0, 1).contiguous() for t in (grad_y, grad_u))
+    assert fused.kernel_applies(*seq, token_bias, sequence_first=True)
+
+    def run(fn, tensors, g_y, g_u, **kw):
+        leaves = [t.detach().clone().requires_grad_() for t in tensors]
+        y, u = fn(*leaves[:3], token_bias, *leaves[3:], 1e-6, **kw)
+        return [y, u, *torch.autograd.grad([y, u], leaves, [g_y, g_u])]
+
+    got = run(fused.residual_gelu_norm, seq, gy, gu, sequence_first=True)
+    batch_first = run(fused.residual_gelu_norm, inputs, grad_y, grad_u)
+    for k in range(4):  # y, u, gx, gz
+        assert torch.equal(got[k].transpose(0, 1), batch_first[k])
+    assert all(_rel(a, r) < 1e-6 for a, r in zip(got[4:], batch_first[4:]))
+    want = run(fused.reference, [t.double() for t in seq], gy.double(), gu.double(), sequence_first=True)
+    assert max(_rel(a, r) for a, r in zip(got, want)) < 1e-5
+    torch.set_num_threads(2)  # torch's operators, the same computation
+    try:
+        fallback = run(fused.residual_gelu_norm, seq, gy, gu, sequence_first=True)
+    finally:
+        torch.set_num_threads(1)
+    assert max(_rel(a, r) for a, r in zip(fallback, want)) < 1e-5
+
+
 def test_kernel_takes_strided_inputs_and_gradients(one_thread):
     """Non-contiguous x, z and gradients (the narrow token mixing hands over a transposed product) give what their
     contiguous copies give, bit for bit."""
@@ -104,7 +140,7 @@ def test_widths_without_code_run_torchs_operators(one_thread):
     lib = fused._kernel()
     if lib is not None:
         x = torch.zeros(2, 7)
-        assert lib.pkmixer_residual_gelu_norm_forward(*[x.data_ptr()] * 3, 0, *[x.data_ptr()] * 6, 2, 7, 1e-6) == 1
+        assert lib.pkmixer_residual_gelu_norm_forward(*[x.data_ptr()] * 3, 0, 1, *[x.data_ptr()] * 6, 2, 7, 1e-6) == 1
 
 
 def test_thread_change_and_second_derivatives(one_thread):
@@ -184,8 +220,9 @@ def test_kernel_is_bit_identical_across_x86_levels(tmp_path):
         subprocess.run([cc, *kernels._BASE_FLAGS, *level, source, "-o", str(lib), "-lm"], check=True)
         so = ctypes.CDLL(str(lib))
         ptr, size = ctypes.c_void_p, ctypes.c_ssize_t
-        so.pkmixer_residual_gelu_norm_forward.argtypes = [ptr] * 3 + [size] + [ptr] * 6 + [size, size, ctypes.c_float]
-        so.pkmixer_residual_gelu_norm_backward.argtypes = [ptr] * 8 + [size] + [ptr] * 5 + [size, size]
+        so.pkmixer_residual_gelu_norm_forward.argtypes = [ptr] * 3 + [size] * 2 + [ptr] * 6 + [size, size,
+                                                                                               ctypes.c_float]
+        so.pkmixer_residual_gelu_norm_backward.argtypes = [ptr] * 8 + [size] * 2 + [ptr] * 5 + [size, size]
         found = []
         for B, S, C, token_bias in ((5, 9, 4, True), (5, 9, 8, False), (4, 7, 40, True), (4, 7, 40, False)):
             (x, z, bias, w, beta), gy, gu = _inputs(B, S, C, token_bias)
@@ -194,11 +231,11 @@ def test_kernel_is_bit_identical_across_x86_levels(tmp_path):
             mean, rstd, gw, gbeta, gbias = (torch.empty(rows), torch.empty(rows), torch.empty(C), torch.empty(C),
                                             torch.empty_like(bias))
             assert so.pkmixer_residual_gelu_norm_forward(
-                x.data_ptr(), z.data_ptr(), bias.data_ptr(), period, w.data_ptr(), beta.data_ptr(), y.data_ptr(),
+                x.data_ptr(), z.data_ptr(), bias.data_ptr(), period, 1, w.data_ptr(), beta.data_ptr(), y.data_ptr(),
                 u.data_ptr(), mean.data_ptr(), rstd.data_ptr(), rows, C, 1e-6) == 0
             assert so.pkmixer_residual_gelu_norm_backward(
                 gy.data_ptr(), gu.data_ptr(), y.data_ptr(), mean.data_ptr(), rstd.data_ptr(), w.data_ptr(),
-                z.data_ptr(), bias.data_ptr(), period, gx.data_ptr(), gz.data_ptr(), gw.data_ptr(), gbeta.data_ptr(),
+                z.data_ptr(), bias.data_ptr(), period, 1, gx.data_ptr(), gz.data_ptr(), gw.data_ptr(), gbeta.data_ptr(),
                 gbias.data_ptr(), rows, C) == 0
             found += [y, u, mean, rstd, gx, gz, gw, gbeta, gbias]
         outputs.append(found)
@@ -272,7 +309,7 @@ def test_which_models_fuse(one_thread):
     MLP-Mixer, other activations, dropout, stochastic depth, untied tokens and widths without code are not. A
     fusable model runs fused in float32 on the CPU with one intra-op thread where the kernel is built: casting it to
     float64 and back turns the fused path off and on again, and built or moved with two threads it runs its
-    modules."""
+    modules. Below 16 channels its fused path holds the stream sequence-first."""
     def fusable(name, **kw):
         return pkmixer.create_model(name, img_size=16, depth=2, **kw).fusable
 
@@ -282,6 +319,9 @@ def test_which_models_fuse(one_thread):
     assert not fusable("smixer_t4_28", act="gelu_tanh") and not fusable("smixer_t4_28", act="relu")
     assert not fusable("smixer_t4_28", drop_path_rate=0.1) and not fusable("smixer_t4_28", proj_drop_rate=0.1)
     assert not fusable("smixer_t4_28", untied_tokens=True) and not fusable("smixer_t4_28", embed_dim=7)
+    assert pkmixer.create_model("smixer_t4_28", img_size=16, depth=2, embed_dim=8).fused_sequence_first
+    assert not pkmixer.create_model("smixer_t4_28", img_size=16, depth=2, embed_dim=16).fused_sequence_first
+    assert not pkmixer.create_model("rp_smixer_t4_28", img_size=16, depth=2, embed_dim=8).fused_sequence_first
     torch.set_num_threads(1)
     model = pkmixer.create_model("smixer_t4_28", img_size=16, depth=2)
     assert model.fuse_sublayers == fused.kernel_available()
@@ -293,14 +333,21 @@ def test_which_models_fuse(one_thread):
 
 @pytest.mark.parametrize("check", ["features/head/reset(0)", "features_only", "forward_intermediates/prune",
                                    "grad checkpointing", "fx fwd+bwd", "torchscript", "torch.export"])
-def test_fused_model_keeps_timm_conventions(one_thread, check):
+@pytest.mark.parametrize("channels", [8, 16])
+def test_fused_model_keeps_timm_conventions(one_thread, monkeypatch, check, channels):
     """The timm conventions' bit-for-bit checks (tests/test_timm_conventions.py: eager against checkpointed, traced,
     scripted and exported forwards, forward_intermediates and features_only with their pruning) on a fused
-    S-Mixer, built with one thread (that file's own models, built with the session's threads, may run modules)."""
-    from test_timm_conventions import CHECKS, build
+    S-Mixer, built with one thread (that file's own models, built with the session's threads, may run modules):
+    with 8 channels (its stream sequence-first, a skip projection) and with 16."""
+    import test_timm_conventions
+
+    from test_timm_conventions import CHECKS
 
     _kernel_or_skip()
-    assert build("smixer_c128p4_32").fuse_sublayers
+    sizes = test_timm_conventions.small_overrides
+    monkeypatch.setattr(test_timm_conventions, "small_overrides", lambda name: {**sizes(name), "embed_dim": channels})
+    model = test_timm_conventions.build("smixer_c128p4_32")
+    assert model.fuse_sublayers and model.fused_sequence_first == (channels < 16)
     CHECKS[check]("smixer_c128p4_32")
 
 

@@ -6,8 +6,9 @@
  *     u = LayerNorm(y) w + beta  the input of the next sublayer's Dense
  * Backward, from the gradients of y (gy, the next residual; may be absent) and u (gu):
  *     gy' = gy + the LayerNorm's input gradient of gu,   gx = gy',   gz = gy' gelu'(z + b),
- * and the gradients of w, beta and b. b runs along the channels (period 0: b[j] for channel j) or along the rows
- * (period S: b[r mod S] for row r - the token mixing's bias, one per token, on a (B, S, C) stream).
+ * and the gradients of w, beta and b. b runs along the channels (period 0: b[j] for channel j) or along the rows, one
+ * per token (the token mixing's bias; period S): b[(r / repeat) mod S] for row r, repeat 1 on a (B, S, C) stream
+ * (row b S + s) and B on a sequence-first (S, B, C) one (row s B + b).
  *
  * Each element is read and written once in each direction, so the stream passes through memory four times in the
  * forward (x, z in; y, u out) and six in the backward, where torch's GELU, sum and LayerNorm, their backwards, the
@@ -133,6 +134,24 @@ static inline __attribute__((always_inline)) ptrdiff_t wrap(ptrdiff_t i, ptrdiff
     return i;
 }
 
+/* The token of the row a walk over the stream is at: `period` tokens (0 for a channel bias), each over `repeat`
+ * consecutive rows (module comment). */
+typedef struct {
+    ptrdiff_t token, within, period, repeat;
+} tokens_t;
+
+static inline __attribute__((always_inline)) tokens_t tokens_from_start(ptrdiff_t period, ptrdiff_t repeat) {
+    const tokens_t t = {0, 0, period, repeat};
+    return t;
+}
+
+static inline __attribute__((always_inline)) void next_row(tokens_t* t) {
+    if (t->period && ++t->within == t->repeat) {
+        t->within = 0;
+        t->token = wrap(t->token + 1, t->period);
+    }
+}
+
 /* ---- rows of 16 channels or more, each as vectors along its channels ---------------------------------------- */
 
 /* A row of n >= VEC channels as nv vectors: vector k holds channels at[k] .. at[k] + VEC - 1, at[k] = k VEC but for
@@ -175,9 +194,9 @@ static void add_by_channel(double* total_, const vec_t* sums, const row_t* row) 
             if (row->new[k][l] != 0.0f) total_[row->at[k] + l] += sums[k][l];
 }
 
-static int forward_rows(const float* x, const float* z, const float* bias, ptrdiff_t period, const float* weight,
-                        const float* beta, float* y, float* u, float* mean, float* rstd, ptrdiff_t rows, ptrdiff_t n,
-                        float eps) {
+static int forward_rows(const float* x, const float* z, const float* bias, ptrdiff_t period, ptrdiff_t repeat,
+                        const float* weight, const float* beta, float* y, float* u, float* mean, float* rstd,
+                        ptrdiff_t rows, ptrdiff_t n, float eps) {
     if (n < VEC || n > MAX_VECS * VEC) return 1;
     row_t row;
     row_layout(&row, n);
@@ -188,15 +207,16 @@ static int forward_rows(const float* x, const float* z, const float* bias, ptrdi
         be[k] = loadv(beta + row.at[k]);
         cb[k] = period ? splat(0.0f) : loadv(bias + row.at[k]);
     }
-    for (ptrdiff_t r0 = 0, token = 0; r0 < rows; r0 += GROUP) {
+    tokens_t tok = tokens_from_start(period, repeat);
+    for (ptrdiff_t r0 = 0; r0 < rows; r0 += GROUP) {
         const int g = rows - r0 < GROUP ? (int)(rows - r0) : GROUP;
         vec_t sums[GROUP];
         float m[GROUP], rs[GROUP];
-        for (int i = 0; i < g; ++i, token = period ? wrap(token + 1, period) : 0) {
+        for (int i = 0; i < g; ++i, next_row(&tok)) {
             const ptrdiff_t r = r0 + i;
             ahead(x, (r + AHEAD) * n, n, rows * n);
             ahead(z, (r + AHEAD) * n, n, rows * n);
-            const vec_t tb = splat(period ? bias[token] : 0.0f);
+            const vec_t tb = splat(period ? bias[tok.token] : 0.0f);
             vec_t s = splat(0.0f);
             for (ptrdiff_t k = 0; k < nv; ++k) {
                 const vec_t v = loadv(x + r * n + row.at[k]) + gelu(loadv(z + r * n + row.at[k]) + (cb[k] + tb));
@@ -227,8 +247,9 @@ static int forward_rows(const float* x, const float* z, const float* bias, ptrdi
 }
 
 static int backward_rows(const float* gy, const float* gu, const float* y, const float* mean, const float* rstd,
-                         const float* weight, const float* z, const float* bias, ptrdiff_t period, float* gx, float* gz,
-                         float* gweight, float* gbeta, float* gbias, ptrdiff_t rows, ptrdiff_t n) {
+                         const float* weight, const float* z, const float* bias, ptrdiff_t period, ptrdiff_t repeat,
+                         float* gx, float* gz, float* gweight, float* gbeta, float* gbias, ptrdiff_t rows,
+                         ptrdiff_t n) {
     if (n < VEC || n > MAX_VECS * VEC || period > MAX_VECS * VEC) return 1;
     row_t row;
     row_layout(&row, n);
@@ -240,10 +261,11 @@ static int backward_rows(const float* gy, const float* gu, const float* y, const
         w[k] = loadv(weight + row.at[k]);
         cb[k] = period ? splat(0.0f) : loadv(bias + row.at[k]);
     }
-    for (ptrdiff_t start = 0, token = 0; start < rows; start += BLOCK) {
+    tokens_t tok = tokens_from_start(period, repeat);
+    for (ptrdiff_t start = 0; start < rows; start += BLOCK) {
         const ptrdiff_t end = start + BLOCK < rows ? start + BLOCK : rows;
         for (ptrdiff_t k = 0; k < nv; ++k) bw[k] = bbe[k] = bb[k] = splat(0.0f);
-        for (ptrdiff_t r = start; r < end; ++r, token = period ? wrap(token + 1, period) : 0) {
+        for (ptrdiff_t r = start; r < end; ++r, next_row(&tok)) {
             ahead(gu, (r + AHEAD) * n, n, rows * n);
             ahead(y, (r + AHEAD) * n, n, rows * n);
             ahead(z, (r + AHEAD) * n, n, rows * n);
@@ -260,7 +282,7 @@ static int backward_rows(const float* gy, const float* gu, const float* y, const
                 s2 += g[k] * h[k] * row.new[k];
             }
             const float c1 = total(s1) / (float)n, c2 = total(s2) / (float)n;
-            const vec_t tb = splat(period ? bias[token] : 0.0f);
+            const vec_t tb = splat(period ? bias[tok.token] : 0.0f);
             vec_t sr = splat(0.0f);
             for (ptrdiff_t k = 0; k < nv; ++k) {
                 vec_t gk = ((g[k] - c1) - h[k] * c2) * rs;
@@ -271,7 +293,7 @@ static int backward_rows(const float* gy, const float* gu, const float* y, const
                 sr += t * row.new[k];
                 bb[k] += t;
             }
-            if (period) accb[token] += total(sr);
+            if (period) accb[tok.token] += total(sr);
         }
         add_by_channel(accw, bw, &row);
         add_by_channel(accbe, bbe, &row);
@@ -304,15 +326,6 @@ static inline __attribute__((always_inline)) void put_some(float* p, ptrdiff_t c
 
 static inline __attribute__((always_inline)) int packs(ptrdiff_t n) { return n == 4 || n == 8; }
 
-/* The bias of every element of a period of the stream (period rows, or one row for a channel bias), repeated so that
- * VEC floats can be read from any offset within the period. */
-static void bias_plane(float* plane, const float* bias, ptrdiff_t period, ptrdiff_t n) {
-    const ptrdiff_t length = (period ? period : 1) * n;
-    for (ptrdiff_t i = 0; i < length + VEC; ++i) {
-        const ptrdiff_t e = i % length;
-        plane[i] = period ? bias[e / n] : bias[e % n];
-    }
-}
 
 /* The lane shuffles of a packing of rows of n channels, VEC / n to a vector. */
 typedef struct {
@@ -353,22 +366,30 @@ static inline __attribute__((always_inline)) void gather_rows(float* values, ptr
     put_some(values, count < VEC / p->n ? count : VEC / p->n, __builtin_shuffle(v, p->first));
 }
 
-static int forward_packed(const float* x, const float* z, const float* bias, ptrdiff_t period, const float* weight,
-                          const float* beta, float* y, float* u, float* mean, float* rstd, ptrdiff_t rows, int n,
-                          float eps) {
-    float plane[MAX_VECS * VEC + VEC];
+/* The bias of each lane of the vector of rows r0 .. r0 + per - 1 (`here` of them in the stream): the channel bias
+ * (channel_bias, by lane) or each row's token bias spread over its lanes, the walk `tok` moved past those rows. */
+static inline __attribute__((always_inline)) vec_t bias_of_rows(const float* bias, vec_t channel_bias, tokens_t* tok,
+                                                                ptrdiff_t here, const packing_t* p) {
+    if (!tok->period) return channel_bias;
+    float values[VEC];
+    for (ptrdiff_t k = 0; k < here; ++k, next_row(tok)) values[k] = bias[tok->token];
+    return spread(values, here, p);
+}
+
+static int forward_packed(const float* x, const float* z, const float* bias, ptrdiff_t period, ptrdiff_t repeat,
+                          const float* weight, const float* beta, float* y, float* u, float* mean, float* rstd,
+                          ptrdiff_t rows, int n, float eps) {
     const ptrdiff_t length = (period ? period : 1) * n, total_floats = rows * n, per = VEC / n;
     if (length > MAX_VECS * VEC) return 1;
-    bias_plane(plane, bias, period, n);
     const packing_t pk = packing(n);
-    vec_t w, be;
-    for (int k = 0; k < VEC; ++k) w[k] = weight[k % n], be[k] = beta[k % n];
-    for (ptrdiff_t f = 0, r0 = 0, at = 0; f < total_floats; f += VEC, r0 += per, at = wrap(at + VEC, length)) {
+    vec_t w, be, cb;
+    for (int k = 0; k < VEC; ++k) w[k] = weight[k % n], be[k] = beta[k % n], cb[k] = period ? 0.0f : bias[k % n];
+    tokens_t tok = tokens_from_start(period, repeat);
+    for (ptrdiff_t f = 0, r0 = 0; f < total_floats; f += VEC, r0 += per) {
         const ptrdiff_t count = total_floats - f;
         ahead(x, f + AHEAD * 16, VEC, total_floats);
         ahead(z, f + AHEAD * 16, VEC, total_floats);
-        vec_t b;
-        memcpy(&b, plane + at, sizeof b);
+        const vec_t b = bias_of_rows(bias, cb, &tok, rows - r0 < per ? rows - r0 : per, &pk);
         const vec_t v = get_some(x + f, count) + gelu(get_some(z + f, count) + b);
         put_some(y + f, count, v);
         const vec_t m = row_sums(v, &pk) * pk.inverse, d = v - m;
@@ -381,22 +402,21 @@ static int forward_packed(const float* x, const float* z, const float* bias, ptr
 }
 
 static int backward_packed(const float* gy, const float* gu, const float* y, const float* mean, const float* rstd,
-                           const float* weight, const float* z, const float* bias, ptrdiff_t period, float* gx,
-                           float* gz, float* gweight, float* gbeta, float* gbias, ptrdiff_t rows, int n) {
-    float plane[MAX_VECS * VEC + VEC];
+                           const float* weight, const float* z, const float* bias, ptrdiff_t period, ptrdiff_t repeat,
+                           float* gx, float* gz, float* gweight, float* gbeta, float* gbias, ptrdiff_t rows, int n) {
     double accw[VEC] = {0}, accbe[VEC] = {0}, accb[MAX_VECS * VEC] = {0};
     const ptrdiff_t length = (period ? period : 1) * n, total_floats = rows * n, per = VEC / n;
     if (length > MAX_VECS * VEC || period > MAX_VECS * VEC) return 1;
-    bias_plane(plane, bias, period, n);
     const packing_t pk = packing(n);
-    vec_t w;
-    for (int k = 0; k < VEC; ++k) w[k] = weight[k % n];
-    ptrdiff_t f = 0, r0 = 0, at = 0, token = 0; /* at: f mod length; token: r0 mod period */
+    vec_t w, cb;
+    for (int k = 0; k < VEC; ++k) w[k] = weight[k % n], cb[k] = period ? 0.0f : bias[k % n];
+    tokens_t tok = tokens_from_start(period, repeat); /* at the vector's first row */
+    ptrdiff_t f = 0, r0 = 0;
     while (f < total_floats) {
         vec_t bw = splat(0.0f), bbe = splat(0.0f), bb = splat(0.0f); /* this block's sums, by lane */
-        for (int i = 0; i < BLOCK && f < total_floats;
-             ++i, f += VEC, r0 += per, at = wrap(at + VEC, length), token = period ? wrap(token + per, period) : 0) {
-            const ptrdiff_t count = total_floats - f;
+        for (int i = 0; i < BLOCK && f < total_floats; ++i, f += VEC, r0 += per) {
+            const ptrdiff_t count = total_floats - f, here = rows - r0 < per ? rows - r0 : per;
+            const tokens_t first = tok; /* the walk at row r0, for the token bias's gradient */
             ahead(gu, f + AHEAD * 16, VEC, total_floats);
             ahead(y, f + AHEAD * 16, VEC, total_floats);
             ahead(z, f + AHEAD * 16, VEC, total_floats);
@@ -410,15 +430,14 @@ static int backward_packed(const float* gy, const float* gu, const float* y, con
             vec_t gk = ((g - c1) - h * c2) * rs;
             if (gy) gk = get_some(gy + f, count) + gk;
             put_some(gx + f, count, gk);
-            vec_t b;
-            memcpy(&b, plane + at, sizeof b);
+            const vec_t b = bias_of_rows(bias, cb, &tok, here, &pk);
             const vec_t t = gk * gelu_grad(get_some(z + f, count) + b);
             put_some(gz + f, count, t);
             if (period) {
                 float sums[VEC];
-                const ptrdiff_t here = rows - r0 < per ? rows - r0 : per;
+                tokens_t at = first;
                 gather_rows(sums, per, row_sums(t, &pk), &pk);
-                for (ptrdiff_t k = 0, j = token; k < here; ++k, j = wrap(j + 1, period)) accb[j] += sums[k];
+                for (ptrdiff_t k = 0; k < here; ++k, next_row(&at)) accb[at.token] += sums[k];
             } else {
                 bb += t;
             }
@@ -444,20 +463,24 @@ static int backward_packed(const float* gy, const float* gu, const float* y, con
 /* ---- entry points ------------------------------------------------------------------------------------------- */
 
 int pkmixer_residual_gelu_norm_forward(const float* x, const float* z, const float* bias, ptrdiff_t period,
-                                       const float* weight, const float* beta, float* y, float* u, float* mean,
-                                       float* rstd, ptrdiff_t rows, ptrdiff_t n, float eps) {
-    if (packs(n)) return forward_packed(x, z, bias, period, weight, beta, y, u, mean, rstd, rows, (int)n, eps);
+                                       ptrdiff_t repeat, const float* weight, const float* beta, float* y, float* u,
+                                       float* mean, float* rstd, ptrdiff_t rows, ptrdiff_t n, float eps) {
+    if (repeat < 1) return 1;
+    if (packs(n))
+        return forward_packed(x, z, bias, period, repeat, weight, beta, y, u, mean, rstd, rows, (int)n, eps);
     if (n < 16) return 1;
-    return forward_rows(x, z, bias, period, weight, beta, y, u, mean, rstd, rows, n, eps);
+    return forward_rows(x, z, bias, period, repeat, weight, beta, y, u, mean, rstd, rows, n, eps);
 }
 
 int pkmixer_residual_gelu_norm_backward(const float* gy, const float* gu, const float* y, const float* mean,
                                         const float* rstd, const float* weight, const float* z, const float* bias,
-                                        ptrdiff_t period, float* gx, float* gz, float* gweight, float* gbeta,
-                                        float* gbias, ptrdiff_t rows, ptrdiff_t n) {
+                                        ptrdiff_t period, ptrdiff_t repeat, float* gx, float* gz, float* gweight,
+                                        float* gbeta, float* gbias, ptrdiff_t rows, ptrdiff_t n) {
+    if (repeat < 1) return 1;
     if (packs(n))
-        return backward_packed(gy, gu, y, mean, rstd, weight, z, bias, period, gx, gz, gweight, gbeta, gbias, rows,
-                               (int)n);
+        return backward_packed(gy, gu, y, mean, rstd, weight, z, bias, period, repeat, gx, gz, gweight, gbeta, gbias,
+                               rows, (int)n);
     if (n < 16) return 1;
-    return backward_rows(gy, gu, y, mean, rstd, weight, z, bias, period, gx, gz, gweight, gbeta, gbias, rows, n);
+    return backward_rows(gy, gu, y, mean, rstd, weight, z, bias, period, repeat, gx, gz, gweight, gbeta, gbias, rows,
+                         n);
 }

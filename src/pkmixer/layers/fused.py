@@ -11,7 +11,8 @@ than the cache, they take more of a training step than the products (docs/perfor
 from the sublayer's input x and its Dense's product z (without its bias), and returns (y, u): y is the next
 sublayer's residual input and u its Dense's input. Its backward takes the gradients of y and u and gives those of
 x, z, b, w and β. The bias b runs along the channels (channel mixing, b of shape (C,)) or along the tokens (token
-mixing, b of shape (S,), one per row of the (B, S, C) stream).
+mixing, b of shape (S,), one per row of the (B, S, C) stream, or of the (S, B, C) stream a narrow S-Mixer keeps
+sequence-first, ``sequence_first``).
 
 It runs the C kernel ``pkmixer/kernels/residual_gelu_norm.c`` where :func:`kernel_applies` (float32 CPU tensors,
 one intra-op thread, widths it has code for, a kernel built on this machine), torch's operators elsewhere; the two
@@ -41,9 +42,9 @@ def _kernel() -> ctypes.CDLL | None:
     lib = kernels.load("residual_gelu_norm")
     if lib is not None:
         ptr, size = ctypes.c_void_p, ctypes.c_ssize_t
-        lib.pkmixer_residual_gelu_norm_forward.argtypes = [ptr] * 3 + [size] + [ptr] * 6 + [size, size,
-                                                                                            ctypes.c_float]
-        lib.pkmixer_residual_gelu_norm_backward.argtypes = [ptr] * 8 + [size] + [ptr] * 5 + [size, size]
+        lib.pkmixer_residual_gelu_norm_forward.argtypes = [ptr] * 3 + [size] * 2 + [ptr] * 6 + [size, size,
+                                                                                                ctypes.c_float]
+        lib.pkmixer_residual_gelu_norm_backward.argtypes = [ptr] * 8 + [size] * 2 + [ptr] * 5 + [size, size]
         lib.pkmixer_residual_gelu_norm_forward.restype = ctypes.c_int
         lib.pkmixer_residual_gelu_norm_backward.restype = ctypes.c_int
     return lib
@@ -59,13 +60,13 @@ def kernel_takes(channels: int, bias_size: int, token_bias: bool) -> bool:
 
 
 def kernel_applies(x: torch.Tensor, z: torch.Tensor, bias: torch.Tensor, weight: torch.Tensor, beta: torch.Tensor,
-                   token_bias: bool) -> bool:
+                   token_bias: bool, sequence_first: bool = False) -> bool:
     """Whether the C kernel computes this call: float32 CPU tensors of matching shapes (z as x, w and β one per
     channel, b one per token or per channel), widths it has code for (:func:`kernel_takes`), one intra-op thread,
     and a kernel built on this machine."""
     if x.dim() < 2 or z.shape != x.shape or not weight.shape == beta.shape == x.shape[-1:]:
         return False
-    if bias.shape != (x.shape[-2:-1] if token_bias else x.shape[-1:]):
+    if bias.shape != ((_tokens(x, sequence_first),) if token_bias else x.shape[-1:]):
         return False
     return (torch.get_num_threads() == 1
             and all(t.dtype == torch.float32 and t.device.type == "cpu" for t in (x, z, bias, weight, beta))
@@ -77,20 +78,37 @@ def kernel_available() -> bool:
     return _kernel() is not None
 
 
-def _period(x: torch.Tensor, token_bias: bool) -> int:
-    """0 for a channel bias; S for a token bias on a (..., S, C) stream."""
-    return x.shape[-2] if token_bias else 0
+def _tokens(x: torch.Tensor, sequence_first: bool) -> int:
+    """S of a (..., S, C) stream, or of an (S, ..., C) one (``sequence_first``)."""
+    return x.shape[0] if sequence_first else x.shape[-2]
+
+
+def _token_rows(x: torch.Tensor, token_bias: bool, sequence_first: bool) -> tuple[int, int]:
+    """(period, repeat) of the kernel: row r's token bias is b[(r / repeat) mod period]; period 0 for a channel
+    bias; S and 1 on a (..., S, C) stream, S and the rows per token on an (S, ..., C) one."""
+    if not token_bias:
+        return 0, 1
+    S = _tokens(x, sequence_first)
+    return S, (x.numel() // max(1, S * x.shape[-1]) if sequence_first else 1)
+
+
+def _token_bias(bias: torch.Tensor, x: torch.Tensor, token_bias: bool, sequence_first: bool) -> torch.Tensor:
+    """The bias broadcast against the stream."""
+    if not token_bias:
+        return bias
+    return bias.view(-1, *[1] * (x.dim() - 1)) if sequence_first else bias.unsqueeze(-1)
 
 
 def reference(x: torch.Tensor, z: torch.Tensor, bias: torch.Tensor, token_bias: bool, weight: torch.Tensor,
-              beta: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+              beta: torch.Tensor, eps: float, sequence_first: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(y, u) from torch's operators: the plain S-Mixer's computation (module docstring)."""
-    y = x + F.gelu(z + (bias.unsqueeze(-1) if token_bias else bias))
+    y = x + F.gelu(z + _token_bias(bias, x, token_bias, sequence_first))
     return y, F.layer_norm(y, y.shape[-1:], weight, beta, eps)
 
 
 def _kernel_forward(x: torch.Tensor, z: torch.Tensor, bias: torch.Tensor, token_bias: bool, weight: torch.Tensor,
-                    beta: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                    beta: torch.Tensor, eps: float, sequence_first: bool = False
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, u, each row's mean, each row's 1/σ) from the kernel."""
     x, z = x.contiguous(), z.contiguous()
     bias, weight, beta = bias.contiguous(), weight.contiguous(), beta.contiguous()
@@ -99,8 +117,8 @@ def _kernel_forward(x: torch.Tensor, z: torch.Tensor, bias: torch.Tensor, token_
     y, u = torch.empty_like(x), torch.empty_like(x)
     mean, rstd = x.new_empty(rows), x.new_empty(rows)
     failed = _kernel().pkmixer_residual_gelu_norm_forward(
-        x.data_ptr(), z.data_ptr(), bias.data_ptr(), _period(x, token_bias), weight.data_ptr(), beta.data_ptr(),
-        y.data_ptr(), u.data_ptr(), mean.data_ptr(), rstd.data_ptr(), rows, n, eps)
+        x.data_ptr(), z.data_ptr(), bias.data_ptr(), *_token_rows(x, token_bias, sequence_first), weight.data_ptr(),
+        beta.data_ptr(), y.data_ptr(), u.data_ptr(), mean.data_ptr(), rstd.data_ptr(), rows, n, eps)
     if failed:  # kernel_applies admits only what the kernel takes
         raise RuntimeError("residual_gelu_norm: the kernel refused its input")
     return y, u, mean, rstd
@@ -110,28 +128,29 @@ class _ResidualGeluNorm(torch.autograd.Function):
     """The eager path: the kernel forward and backward, saving the inputs, y and each row's mean and 1/σ."""
 
     @staticmethod
-    def forward(ctx, x, z, bias, weight, beta, eps: float, token_bias: bool):
-        y, u, mean, rstd = _kernel_forward(x, z, bias, token_bias, weight, beta, eps)
-        ctx.eps, ctx.token_bias = eps, token_bias
+    def forward(ctx, x, z, bias, weight, beta, eps: float, token_bias: bool, sequence_first: bool):
+        y, u, mean, rstd = _kernel_forward(x, z, bias, token_bias, weight, beta, eps, sequence_first)
+        ctx.eps, ctx.token_bias, ctx.sequence_first = eps, token_bias, sequence_first
         ctx.save_for_backward(x, z, bias, weight, beta, y, mean, rstd)
         return y, u
 
     @staticmethod
     def backward(ctx, grad_y, grad_u):
         x, z, bias, weight, beta, y, mean, rstd = ctx.saved_tensors
-        grads = _grads(grad_y, grad_u, x, z, bias, ctx.token_bias, weight, beta, ctx.eps, y, mean, rstd)
-        return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad[:5])), None, None)
+        grads = _grads(grad_y, grad_u, x, z, bias, ctx.token_bias, weight, beta, ctx.eps, y, mean, rstd,
+                       ctx.sequence_first)
+        return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad[:5])), None, None, None)
 
 
-def _grads(grad_y, grad_u, x, z, bias, token_bias, weight, beta, eps, y, mean, rstd):
+def _grads(grad_y, grad_u, x, z, bias, token_bias, weight, beta, eps, y, mean, rstd, sequence_first):
     """The kernel's gradients (the forward ran it); torch's where the backward is recorded (``create_graph=True``)
     or the thread count changed since the forward."""
     if torch.is_grad_enabled() or torch.get_num_threads() != 1:
-        return _torch_grads(grad_y, grad_u, x, z, bias, token_bias, weight, beta, eps)
-    return _kernel_grads(grad_y, grad_u, y, mean, rstd, z, bias, token_bias, weight)
+        return _torch_grads(grad_y, grad_u, x, z, bias, token_bias, weight, beta, eps, sequence_first)
+    return _kernel_grads(grad_y, grad_u, y, mean, rstd, z, bias, token_bias, weight, sequence_first)
 
 
-def _kernel_grads(grad_y, grad_u, y, mean, rstd, z, bias, token_bias, weight):
+def _kernel_grads(grad_y, grad_u, y, mean, rstd, z, bias, token_bias, weight, sequence_first=False):
     """(gx, gz, gbias, gweight, gbeta) from the kernel."""
     grad_u, z, bias, weight = grad_u.contiguous(), z.contiguous(), bias.contiguous(), weight.contiguous()
     grad_y = None if grad_y is None else grad_y.contiguous()
@@ -140,17 +159,17 @@ def _kernel_grads(grad_y, grad_u, y, mean, rstd, z, bias, token_bias, weight):
     gbias, gweight, gbeta = torch.empty_like(bias), torch.empty_like(weight), torch.empty_like(weight)
     failed = _kernel().pkmixer_residual_gelu_norm_backward(
         None if grad_y is None else grad_y.data_ptr(), grad_u.data_ptr(), y.data_ptr(), mean.data_ptr(),
-        rstd.data_ptr(), weight.data_ptr(), z.data_ptr(), bias.data_ptr(), _period(y, token_bias),
+        rstd.data_ptr(), weight.data_ptr(), z.data_ptr(), bias.data_ptr(), *_token_rows(y, token_bias, sequence_first),
         gx.data_ptr(), gz.data_ptr(), gweight.data_ptr(), gbeta.data_ptr(), gbias.data_ptr(), y.numel() // n, n)
     if failed:
         raise RuntimeError("residual_gelu_norm: the kernel refused its input")
     return gx, gz, gbias, gweight, gbeta
 
 
-def _torch_grads(grad_y, grad_u, x, z, bias, token_bias, weight, beta, eps):
+def _torch_grads(grad_y, grad_u, x, z, bias, token_bias, weight, beta, eps, sequence_first=False):
     """The same gradients from torch's operators; recorded, and so differentiable again, when grad mode is on."""
     n = x.shape[-1]
-    v = z + (bias.unsqueeze(-1) if token_bias else bias)
+    v = z + _token_bias(bias, x, token_bias, sequence_first)
     y = x + F.gelu(v)
     var, mean = torch.var_mean(y, -1, keepdim=True, correction=0)
     rstd = torch.rsqrt(var + eps)
@@ -161,7 +180,12 @@ def _torch_grads(grad_y, grad_u, x, z, bias, token_bias, weight, beta, eps):
         gx = gx + grad_y
     cdf = 0.5 * (1.0 + torch.erf(v * 0.7071067811865476))
     gz = gx * (cdf + v * torch.exp(-0.5 * v * v) * 0.3989422804014327)
-    gbias = gz.reshape(-1, x.shape[-2], n).sum((0, 2)) if token_bias else gz.reshape(-1, n).sum(0)
+    if not token_bias:
+        gbias = gz.reshape(-1, n).sum(0)
+    elif sequence_first:
+        gbias = gz.reshape(x.shape[0], -1).sum(1)
+    else:
+        gbias = gz.reshape(-1, x.shape[-2], n).sum((0, 2))
     return gx, gz, gbias, (grad_u * xhat).reshape(-1, n).sum(0), grad_u.reshape(-1, n).sum(0)
 
 
@@ -170,16 +194,16 @@ def _torch_grads(grad_y, grad_u, x, z, bias, token_bias, weight, beta, eps):
 # the forward used, as the eager path does.
 @torch.library.custom_op("pkmixer::residual_gelu_norm", mutates_args=())
 def _residual_gelu_norm_op(x: torch.Tensor, z: torch.Tensor, bias: torch.Tensor, token_bias: bool,
-                           weight: torch.Tensor, beta: torch.Tensor, eps: float
+                           weight: torch.Tensor, beta: torch.Tensor, eps: float, sequence_first: bool
                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    if kernel_applies(x, z, bias, weight, beta, token_bias):
-        return _kernel_forward(x, z, bias, token_bias, weight, beta, eps)
-    y, u = reference(x, z, bias, token_bias, weight, beta, eps)
+    if kernel_applies(x, z, bias, weight, beta, token_bias, sequence_first):
+        return _kernel_forward(x, z, bias, token_bias, weight, beta, eps, sequence_first)
+    y, u = reference(x, z, bias, token_bias, weight, beta, eps, sequence_first)
     return y, u, x.new_empty(0), x.new_empty(0)
 
 
 @_residual_gelu_norm_op.register_fake
-def _(x, z, bias, token_bias, weight, beta, eps):
+def _(x, z, bias, token_bias, weight, beta, eps, sequence_first):
     rows = x.new_empty(x.shape[:-1]).numel()
     return (torch.empty_like(x, memory_format=torch.contiguous_format),
             torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(rows), x.new_empty(rows))
@@ -188,24 +212,25 @@ def _(x, z, bias, token_bias, weight, beta, eps):
 @torch.library.custom_op("pkmixer::residual_gelu_norm_backward", mutates_args=())
 def _residual_gelu_norm_backward_op(grad_y: torch.Tensor, grad_u: torch.Tensor, x: torch.Tensor, z: torch.Tensor,
                                     bias: torch.Tensor, token_bias: bool, weight: torch.Tensor, beta: torch.Tensor,
-                                    eps: float, y: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor
+                                    eps: float, y: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+                                    sequence_first: bool
                                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    if mean.numel() and kernel_applies(x, z, bias, weight, beta, token_bias):
-        return _kernel_grads(grad_y, grad_u, y, mean, rstd, z, bias, token_bias, weight)
-    return _torch_grads(grad_y, grad_u, x, z, bias, token_bias, weight, beta, eps)
+    if mean.numel() and kernel_applies(x, z, bias, weight, beta, token_bias, sequence_first):
+        return _kernel_grads(grad_y, grad_u, y, mean, rstd, z, bias, token_bias, weight, sequence_first)
+    return _torch_grads(grad_y, grad_u, x, z, bias, token_bias, weight, beta, eps, sequence_first)
 
 
 @_residual_gelu_norm_backward_op.register_fake
-def _(grad_y, grad_u, x, z, bias, token_bias, weight, beta, eps, y, mean, rstd):
+def _(grad_y, grad_u, x, z, bias, token_bias, weight, beta, eps, y, mean, rstd, sequence_first):
     return (torch.empty_like(x, memory_format=torch.contiguous_format),
             torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(bias),
             torch.empty_like(weight), torch.empty_like(beta))
 
 
 def _op_setup(ctx, inputs, output) -> None:
-    x, z, bias, token_bias, weight, beta, eps = inputs
+    x, z, bias, token_bias, weight, beta, eps, sequence_first = inputs
     y, _, mean, rstd = output
-    ctx.eps, ctx.token_bias = eps, token_bias
+    ctx.eps, ctx.token_bias, ctx.sequence_first = eps, token_bias, sequence_first
     ctx.save_for_backward(x, z, bias, weight, beta, y, mean, rstd)
 
 
@@ -216,32 +241,33 @@ def _op_backward(ctx, grad_y, grad_u, grad_mean, grad_rstd):
     if grad_u is None:
         grad_u = torch.zeros_like(y)
     if torch.is_grad_enabled():  # recorded (create_graph=True): torch's differentiable operators
-        grads = _torch_grads(grad_y, grad_u, x, z, bias, ctx.token_bias, weight, beta, ctx.eps)
+        grads = _torch_grads(grad_y, grad_u, x, z, bias, ctx.token_bias, weight, beta, ctx.eps, ctx.sequence_first)
     else:
         grads = torch.ops.pkmixer.residual_gelu_norm_backward(grad_y, grad_u, x, z, bias, ctx.token_bias, weight,
-                                                              beta, ctx.eps, y, mean, rstd)
+                                                              beta, ctx.eps, y, mean, rstd, ctx.sequence_first)
     gx, gz, gbias, gweight, gbeta = grads
     needs = ctx.needs_input_grad
     return (gx if needs[0] else None, gz if needs[1] else None, gbias if needs[2] else None, None,
-            gweight if needs[4] else None, gbeta if needs[5] else None, None)
+            gweight if needs[4] else None, gbeta if needs[5] else None, None, None)
 
 
 _residual_gelu_norm_op.register_autograd(_op_backward, setup_context=_op_setup)
 
 
 def residual_gelu_norm(x: torch.Tensor, z: torch.Tensor, bias: torch.Tensor, token_bias: bool,
-                       weight: torch.Tensor, beta: torch.Tensor, eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(y, u) = (x + gelu(z + b), LayerNorm(y)) for a (..., S, C) stream (module docstring): the C kernel where
-    it applies, else :func:`reference`."""
+                       weight: torch.Tensor, beta: torch.Tensor, eps: float, sequence_first: bool = False
+                       ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(y, u) = (x + gelu(z + b), LayerNorm(y)) for a (..., S, C) stream, or an (S, ..., C) one where
+    ``sequence_first`` (module docstring): the C kernel where it applies, else :func:`reference`."""
     if torch.jit.is_scripting():
-        y, u, _, _ = torch.ops.pkmixer.residual_gelu_norm(x, z, bias, token_bias, weight, beta, eps)
+        y, u, _, _ = torch.ops.pkmixer.residual_gelu_norm(x, z, bias, token_bias, weight, beta, eps, sequence_first)
         return y, u
     if type(x) is not torch.Tensor or torch.jit.is_tracing() or torch.compiler.is_compiling():
-        y, u, _, _ = torch.ops.pkmixer.residual_gelu_norm(x, z, bias, token_bias, weight, beta, eps)
+        y, u, _, _ = torch.ops.pkmixer.residual_gelu_norm(x, z, bias, token_bias, weight, beta, eps, sequence_first)
         return y, u
-    if not kernels.functorch_wrapped(x) and kernel_applies(x, z, bias, weight, beta, token_bias):
-        return _ResidualGeluNorm.apply(x, z, bias, weight, beta, eps, token_bias)
-    return reference(x, z, bias, token_bias, weight, beta, eps)
+    if not kernels.functorch_wrapped(x) and kernel_applies(x, z, bias, weight, beta, token_bias, sequence_first):
+        return _ResidualGeluNorm.apply(x, z, bias, weight, beta, eps, token_bias, sequence_first)
+    return reference(x, z, bias, token_bias, weight, beta, eps, sequence_first)
 
 
 torch.fx.wrap("residual_gelu_norm")

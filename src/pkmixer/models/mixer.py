@@ -31,7 +31,9 @@ C kernel has code for (:func:`pkmixer.layers.fused.kernel_takes`) is ``fusable``
 the CPU while torch uses one intra-op thread (the sweeps' setting), with the kernel built, it runs fused
 (``fuse_sublayers``): each sublayer's bias, GELU, residual sum and the next LayerNorm in one pass
 (:func:`pkmixer.layers.fused.residual_gelu_norm`), in its eager, traced, scripted, exported and compiled forwards,
-checkpointed or not, and in ``forward_intermediates`` at the blocks, all of which then compute the same bits. A
+checkpointed or not, and in ``forward_intermediates`` at the blocks, all of which then compute the same bits. With
+fewer than 16 channels the fused path keeps the stream sequence-first, (S, B, C), so that each token mixing is one
+matrix product over all the batch's columns with no layout copies (``fused_sequence_first``). A
 forward while a module hook watches the blocks runs the modules instead (same results within float rounding), as
 does every model with ``PKMIXER_NATIVE_KERNELS=0``.
 
@@ -54,7 +56,7 @@ from torch.utils.checkpoint import checkpoint
 from ..errors import ConfigError, check_positive, check_positive_int, check_rate
 from ..layers import fused
 from ..layers.ablations import BatchedLinear, GroupedTokenMixing
-from ..layers.mlp import FcAct, Mlp
+from ..layers.mlp import NARROW_COLUMNS, FcAct, Mlp
 from ..layers.norm import layer_norm
 from ..layers.patch import PatchConv
 from ..layers.pk import PKMixing
@@ -98,6 +100,10 @@ class TokenProjectionSkip(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, S0, C) -> (B, S, C)
         return self.norm(self.proj(x.transpose(1, 2)).transpose(1, 2))
 
+    def forward_sequence_first(self, x: torch.Tensor) -> torch.Tensor:  # (S0, B, C) -> (S, B, C)
+        """The same map on a sequence-first stream: one product over all the batch's columns."""
+        return self.norm((self.proj.weight @ x.reshape(x.shape[0], -1)).view(-1, x.shape[1], x.shape[2]))
+
     def rows_per_image(self) -> dict[nn.Module, int]:
         """W̃ mixes tokens: it runs once per channel (contract, pkmixer.models.contract)."""
         return {self.proj: self.norm.normalized_shape[0]}
@@ -140,17 +146,24 @@ class MixingSublayer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_branch(x)[0]
 
-    def fused_product(self, x: torch.Tensor, u: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def fused_product(self, x: torch.Tensor, u: torch.Tensor, sequence_first: bool = False
+                      ) -> Tuple[torch.Tensor, torch.Tensor]:
         """(shortcut, W u) for u = LN(x): the sublayer up to its Dense's product, without the bias (an S-Mixer's
-        fused path, :meth:`Mixer.forward_features`)."""
-        shortcut = x if self.skip is None else self.skip(x)
-        return shortcut, self.mixing.mlp.product(u, self.mixing.normal_left, self.mixing.narrow)
+        fused path, :meth:`Mixer.forward_features`); on (S, B, C) streams where ``sequence_first``."""
+        if not sequence_first:
+            shortcut = x if self.skip is None else self.skip(x)
+            return shortcut, self.mixing.mlp.product(u, self.mixing.normal_left, self.mixing.narrow)
+        shortcut = x if self.skip is None else self.skip.forward_sequence_first(x)
+        weight = self.mixing.mlp.fc.weight
+        if self.mixing.normal_left:  # W U over every column of the batch: (S_in, B·C) -> (S_out, B·C)
+            return shortcut, (weight @ u.reshape(u.shape[0], -1)).view(-1, u.shape[1], u.shape[2])
+        return shortcut, torch.nn.functional.linear(u, weight)
 
     def fused_close(self, shortcut: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                    eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
+                    eps: float, sequence_first: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
         """(shortcut + φ(z + b), the next LayerNorm of it, with ``weight``, ``bias``, ``eps``) in one pass."""
         return fused.residual_gelu_norm(shortcut, z, self.mixing.mlp.fc.bias, self.mixing.normal_left, weight, bias,
-                                        eps)
+                                        eps, sequence_first)
 
 
 class MixerBlock(nn.Module):
@@ -166,13 +179,14 @@ class MixerBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, S, C) -> (B, S, C)
         return self.channel(self.token(x))
 
-    def fused_forward(self, x: torch.Tensor, u: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def fused_forward(self, x: torch.Tensor, u: torch.Tensor, sequence_first: bool = False
+                      ) -> Tuple[torch.Tensor, torch.Tensor]:
         """The block on the fused path from x and u = LN(x): the channel sublayer's (shortcut, product), which the
         next block's first LayerNorm (or the final one) closes (:meth:`Mixer.forward_features`)."""
-        shortcut, z = self.token.fused_product(x, u)
+        shortcut, z = self.token.fused_product(x, u, sequence_first)
         norm = self.channel.norm
-        x, u = self.token.fused_close(shortcut, z, norm.weight, norm.bias, norm.eps)
-        return self.channel.fused_product(x, u)
+        x, u = self.token.fused_close(shortcut, z, norm.weight, norm.bias, norm.eps, sequence_first)
+        return self.channel.fused_product(x, u, sequence_first)
 
 
 def _parse_rp_blocks(rp_blocks: str | Sequence[int] | None, depth: int) -> frozenset[int]:
@@ -246,7 +260,7 @@ class Mixer(TimmModel, nn.Module):
 
     global_pool = "avg"  # timm's name of the head's pooling: the mean over tokens
     # fixed when built (or moved, or pruned): TorchScript compiles only the path they choose
-    __constants__ = ["fuse_sublayers", "final_layer_norm"]
+    __constants__ = ["fuse_sublayers", "fused_sequence_first", "final_layer_norm"]
     CLASS_PAPERS = ("tolstikhin", "hayase")  # a Mixer built from its class: Listing 1, and the S-Mixer and RP forms
 
     @property
@@ -363,6 +377,9 @@ class Mixer(TimmModel, nn.Module):
                                 and (sub.mixing.normal_channel or sub.mixing.normal_left) for sub in self._sublayers())
                         and fused.kernel_takes(C, C, token_bias=False)
                         and all(fused.kernel_takes(C, s, token_bias=True) for s in self.token_schedule))
+        # below NARROW_COLUMNS the token mixing's inner matrices are only C wide: on the fused path the stream is
+        # held sequence-first so that each is one product over all the batch's columns, without layout copies
+        self.fused_sequence_first = self.fusable and C < NARROW_COLUMNS
         self.fuse_sublayers = self._fuses()
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(C, num_classes)
@@ -415,30 +432,43 @@ class Mixer(TimmModel, nn.Module):
     def _forward_features_fused(self, x: torch.Tensor) -> torch.Tensor:
         """forward_features with each sublayer's bias, activation, residual sum and the next LayerNorm in one pass
         (:func:`pkmixer.layers.fused.residual_gelu_norm`)."""
-        x = self.forward_stem(x)
-        u = self.blocks[0].token.norm(x)
+        x, u = self._fused_stream(x)
+        seq = self.fused_sequence_first
         shortcut, z, bias = x, x, x  # the last block's channel sublayer, open until the next LayerNorm closes it
         for i, blk in enumerate(self.blocks):
             if i > 0:
                 norm = blk.token.norm
-                x, u = fused.residual_gelu_norm(shortcut, z, bias, False, norm.weight, norm.bias, norm.eps)
+                x, u = fused.residual_gelu_norm(shortcut, z, bias, False, norm.weight, norm.bias, norm.eps, seq)
             if self.grad_checkpointing and not torch.jit.is_scripting():
-                shortcut, z = checkpoint(blk.fused_forward, x, u, use_reentrant=False)
+                shortcut, z = checkpoint(blk.fused_forward, x, u, seq, use_reentrant=False)
             else:
-                shortcut, z = blk.fused_forward(x, u)
+                shortcut, z = blk.fused_forward(x, u, seq)
             bias = blk.channel.mixing.mlp.fc.bias
-        return self._fused_last(shortcut, z, bias)[1]
+        return self._batch_first(self._fused_last(shortcut, z, bias)[1])
+
+    def _fused_stream(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The fused path's start: the stem's (B, S0, C) stream, (S0, B, C) where ``fused_sequence_first``, and
+        the first block's LayerNorm of it."""
+        x = self.forward_stem(x)
+        if self.fused_sequence_first:
+            x = x.transpose(0, 1).contiguous()
+        return x, self.blocks[0].token.norm(x)
+
+    def _batch_first(self, x: torch.Tensor) -> torch.Tensor:
+        """A stream of the fused path as (B, S, C), contiguous."""
+        return x.transpose(0, 1).contiguous() if self.fused_sequence_first else x
 
     def _fused_last(self, shortcut: torch.Tensor, z: torch.Tensor, bias: torch.Tensor
                     ) -> Tuple[torch.Tensor, torch.Tensor]:
         """(the last block's output, the final norm of it), the last sublayer closed by the final LayerNorm; a
         pruned norm (``prune_intermediate_layers``) is applied after a close with a unit LayerNorm, whose output
-        is dropped (the block's output is the same either way)."""
+        is dropped (the block's output is the same either way). Both in the fused path's layout."""
         final = self.norm
+        seq = self.fused_sequence_first
         if self.final_layer_norm:
-            return fused.residual_gelu_norm(shortcut, z, bias, False, final.weight, final.bias, final.eps)
+            return fused.residual_gelu_norm(shortcut, z, bias, False, final.weight, final.bias, final.eps, seq)
         x = fused.residual_gelu_norm(shortcut, z, bias, False, torch.ones_like(bias), torch.zeros_like(bias),
-                                     1e-6)[0]
+                                     1e-6, seq)[0]
         return x, final(x)
 
     @torch.jit.unused
@@ -541,24 +571,25 @@ class Mixer(TimmModel, nn.Module):
         """forward_intermediates at the blocks on the fused path: the same operations as
         :meth:`_forward_features_fused`, each block's output taken where the next LayerNorm closes it."""
         out = []
-        x = self.forward_stem(x)
-        u = self.blocks[0].token.norm(x)
+        x, u = self._fused_stream(x)
+        seq = self.fused_sequence_first
         for i, blk in enumerate(self.blocks):
-            shortcut, z = (checkpoint(blk.fused_forward, x, u, use_reentrant=False) if self.grad_checkpointing
-                           else blk.fused_forward(x, u))
+            shortcut, z = (checkpoint(blk.fused_forward, x, u, seq, use_reentrant=False) if self.grad_checkpointing
+                           else blk.fused_forward(x, u, seq))
             bias = blk.channel.mixing.mlp.fc.bias
             if i + 1 < len(self.blocks):
                 after = self.blocks[i + 1].token.norm
-                x, u = fused.residual_gelu_norm(shortcut, z, bias, False, after.weight, after.bias, after.eps)
+                x, u = fused.residual_gelu_norm(shortcut, z, bias, False, after.weight, after.bias, after.eps, seq)
             else:
                 x, u = self._fused_last(shortcut, z, bias)
             if i in take:
-                out.append(self._as_format(self.norm(x) if norm else x, fmt, i))
+                block_out = self._batch_first(x)
+                out.append(self._as_format(self.norm(block_out) if norm else block_out, fmt, i))
             if stop and i >= last:
                 break
         if intermediates_only:
             return out
-        return (u if i + 1 == len(self.blocks) else self.norm(x)), out
+        return self._batch_first(u) if i + 1 == len(self.blocks) else self.norm(self._batch_first(x)), out
 
     def _as_format(self, t: torch.Tensor, fmt: str, block: int) -> torch.Tensor:
         if fmt == "NLC":
