@@ -203,9 +203,10 @@ def test_op_is_one_node_when_traced_scripted_and_exported(one_thread):
 
 def test_kernel_is_bit_identical_across_x86_levels(tmp_path):
     """The kernel built for the baseline x86-64 (fused multiply-adds from the library) and for x86-64-v3 gives the
-    same bits, packed rows and rows with a partial last vector, both bias kinds; a build for this machine's level
-    gives them too, but for an AVX-512 build (16-float vectors, whose sums over a row add in another order), whose
-    element-wise output y is the same bits and the rest within float rounding."""
+    same bits, packed rows and rows with a partial last vector, both bias kinds, batch-first and sequence-first
+    streams; a build for this machine's level gives them too, but for an AVX-512 build, and so does a v3 build with
+    AVX-512's 16-float vectors (``-DVEC=16``: that width's code on any x86-64-v3 machine), whose sums over a row add
+    in another order: their element-wise output y is the same bits and the rest within float rounding."""
     from pkmixer import kernels
 
     if platform.machine() != "x86_64":
@@ -214,8 +215,9 @@ def test_kernel_is_bit_identical_across_x86_levels(tmp_path):
     if cc is None:
         pytest.skip("needs a C compiler (cc)")
     source = os.path.join(os.path.dirname(kernels.__file__), "residual_gelu_norm.c")
+    native = list(kernels._flags()[len(kernels._BASE_FLAGS):])
     outputs = []
-    for level in ([], ["-march=x86-64-v3"], list(kernels._flags()[len(kernels._BASE_FLAGS):])):
+    for level in ([], ["-march=x86-64-v3"], native, ["-march=x86-64-v3", "-DVEC=16"]):
         lib = tmp_path / f"rgn{len(outputs)}.so"
         subprocess.run([cc, *kernels._BASE_FLAGS, *level, source, "-o", str(lib), "-lm"], check=True)
         so = ctypes.CDLL(str(lib))
@@ -224,29 +226,32 @@ def test_kernel_is_bit_identical_across_x86_levels(tmp_path):
                                                                                                ctypes.c_float]
         so.pkmixer_residual_gelu_norm_backward.argtypes = [ptr] * 8 + [size] * 2 + [ptr] * 5 + [size, size]
         found = []
-        for B, S, C, token_bias in ((5, 9, 4, True), (5, 9, 8, False), (4, 7, 40, True), (4, 7, 40, False)):
+        for B, S, C, token_bias, repeat in ((5, 9, 4, True, 1), (5, 9, 8, False, 1), (4, 7, 40, True, 1),
+                                            (4, 7, 40, False, 1), (9, 5, 4, True, 9), (7, 6, 8, True, 7),
+                                            (3, 7, 40, True, 3)):
             (x, z, bias, w, beta), gy, gu = _inputs(B, S, C, token_bias)
-            rows, period = B * S, S if token_bias else 0
+            rows, period = B * S, S if token_bias else 0  # repeat > 1: the same floats read as (S, B, C)
             y, u, gx, gz = (torch.empty_like(x) for _ in range(4))
             mean, rstd, gw, gbeta, gbias = (torch.empty(rows), torch.empty(rows), torch.empty(C), torch.empty(C),
                                             torch.empty_like(bias))
             assert so.pkmixer_residual_gelu_norm_forward(
-                x.data_ptr(), z.data_ptr(), bias.data_ptr(), period, 1, w.data_ptr(), beta.data_ptr(), y.data_ptr(),
-                u.data_ptr(), mean.data_ptr(), rstd.data_ptr(), rows, C, 1e-6) == 0
+                x.data_ptr(), z.data_ptr(), bias.data_ptr(), period, repeat, w.data_ptr(), beta.data_ptr(),
+                y.data_ptr(), u.data_ptr(), mean.data_ptr(), rstd.data_ptr(), rows, C, 1e-6) == 0
             assert so.pkmixer_residual_gelu_norm_backward(
                 gy.data_ptr(), gu.data_ptr(), y.data_ptr(), mean.data_ptr(), rstd.data_ptr(), w.data_ptr(),
-                z.data_ptr(), bias.data_ptr(), period, 1, gx.data_ptr(), gz.data_ptr(), gw.data_ptr(), gbeta.data_ptr(),
-                gbias.data_ptr(), rows, C) == 0
+                z.data_ptr(), bias.data_ptr(), period, repeat, gx.data_ptr(), gz.data_ptr(), gw.data_ptr(),
+                gbeta.data_ptr(), gbias.data_ptr(), rows, C) == 0
             found += [y, u, mean, rstd, gx, gz, gw, gbeta, gbias]
         outputs.append(found)
-    baseline, v3, native = outputs
+    baseline, v3, native_build, wide = outputs
     assert all(torch.equal(a, b) for a, b in zip(baseline, v3))
-    if "-march=x86-64-v4" not in kernels._flags():
-        assert all(torch.equal(a, b) for a, b in zip(v3, native))
-    for k, (a, b) in enumerate(zip(v3, native)):
-        if k % 9 == 0:  # y
-            assert torch.equal(a, b)
-        assert _rel(b, a) < 1e-5
+    if "-march=x86-64-v4" not in native:
+        assert all(torch.equal(a, b) for a, b in zip(v3, native_build))
+    for other in (native_build, wide):
+        for k, (a, b) in enumerate(zip(v3, other)):
+            if k % 9 == 0:  # y
+                assert torch.equal(a, b)
+            assert _rel(b, a) < 1e-5
 
 
 def test_kernel_is_not_used_below_avx2(monkeypatch, tmp_path):

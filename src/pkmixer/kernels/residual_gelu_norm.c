@@ -32,10 +32,12 @@
 
 /* A vector is one machine register: 16 floats with AVX-512, 8 otherwise. GCC splits a 16-float vector into two
  * halves on an AVX2 machine, but its code for them ran 3-4 times as long as the same work in 8-float vectors. */
+#ifndef VEC /* a build may choose it (the tests build AVX-512's width for an AVX2 machine) */
 #ifdef __AVX512F__
 #define VEC 16
 #else
 #define VEC 8
+#endif
 #endif
 #define MAX_VECS (2048 / VEC) /* rows up to 2048 channels, biases up to 2048 tokens */
 #define BLOCK 64              /* rows (vectors, packed) whose parameter gradients are summed in float */
@@ -179,9 +181,15 @@ static inline __attribute__((always_inline)) vec_t loadv(const float* p) {
 
 static inline __attribute__((always_inline)) void storev(float* p, vec_t v) { memcpy(p, &v, sizeof v); }
 
-/* Ask for the cache lines of floats [from, from + count) of p, those below limit, ahead of their use. */
+/* Ask for the cache lines of floats [from, from + count) of p, those below limit, ahead of their use, in AVX-512
+ * builds; others leave these streams to the hardware's prefetcher (on the AVX2 machine of docs/performance.md the
+ * kernel ran faster without the requests, which cost instructions). */
 static inline __attribute__((always_inline)) void ahead(const float* p, ptrdiff_t from, ptrdiff_t count,
                                                         ptrdiff_t limit) {
+#ifndef __AVX512F__
+    (void)p, (void)from, (void)count, (void)limit;
+    return;
+#endif
     if (!p) return;
     const ptrdiff_t end = from + count < limit ? from + count : limit;
     for (ptrdiff_t i = from; i < end; i += 64 / sizeof(float)) __builtin_prefetch(p + i);
@@ -366,11 +374,26 @@ static inline __attribute__((always_inline)) void gather_rows(float* values, ptr
     put_some(values, count < VEC / p->n ? count : VEC / p->n, __builtin_shuffle(v, p->first));
 }
 
-/* The bias of each lane of the vector of rows r0 .. r0 + per - 1 (`here` of them in the stream): the channel bias
- * (channel_bias, by lane) or each row's token bias spread over its lanes, the walk `tok` moved past those rows. */
-static inline __attribute__((always_inline)) vec_t bias_of_rows(const float* bias, vec_t channel_bias, tokens_t* tok,
-                                                                ptrdiff_t here, const packing_t* p) {
-    if (!tok->period) return channel_bias;
+/* The bias of every element of a period of the stream (period rows, or one row for a channel bias), repeated so that
+ * VEC floats can be read from any offset within the period: the bias of a vector where each row has a token of its
+ * own (repeat 1) or the bias runs along the channels. */
+static void bias_plane(float* plane, const float* bias, ptrdiff_t period, ptrdiff_t n) {
+    const ptrdiff_t length = (period ? period : 1) * n;
+    for (ptrdiff_t i = 0; i < length + VEC; ++i) {
+        const ptrdiff_t e = i % length;
+        plane[i] = period ? bias[e / n] : bias[e % n];
+    }
+}
+
+/* The token bias of each lane of a vector of `here` rows (at most VEC / n) where rows share tokens (repeat > 1),
+ * the walk `tok` moved past them: one token's bias in every lane where the rows have one token, as they mostly
+ * do, else each row's spread over its lanes. */
+static inline __attribute__((always_inline)) vec_t bias_of_runs(const float* bias, tokens_t* tok, ptrdiff_t here,
+                                                                const packing_t* p) {
+    if (tok->within + here < tok->repeat) {
+        tok->within += here;
+        return splat(bias[tok->token]);
+    }
     float values[VEC];
     for (ptrdiff_t k = 0; k < here; ++k, next_row(tok)) values[k] = bias[tok->token];
     return spread(values, here, p);
@@ -382,21 +405,33 @@ static int forward_packed(const float* x, const float* z, const float* bias, ptr
     const ptrdiff_t length = (period ? period : 1) * n, total_floats = rows * n, per = VEC / n;
     if (length > MAX_VECS * VEC) return 1;
     const packing_t pk = packing(n);
-    vec_t w, be, cb;
-    for (int k = 0; k < VEC; ++k) w[k] = weight[k % n], be[k] = beta[k % n], cb[k] = period ? 0.0f : bias[k % n];
+    const int planar = !period || repeat == 1; /* the bias from the plane, else from the runs of rows */
+    float plane[MAX_VECS * VEC + VEC];
+    if (planar) bias_plane(plane, bias, period, n);
+    vec_t w, be;
+    for (int k = 0; k < VEC; ++k) w[k] = weight[k % n], be[k] = beta[k % n];
     tokens_t tok = tokens_from_start(period, repeat);
-    for (ptrdiff_t f = 0, r0 = 0; f < total_floats; f += VEC, r0 += per) {
-        const ptrdiff_t count = total_floats - f;
-        ahead(x, f + AHEAD * 16, VEC, total_floats);
-        ahead(z, f + AHEAD * 16, VEC, total_floats);
-        const vec_t b = bias_of_rows(bias, cb, &tok, rows - r0 < per ? rows - r0 : per, &pk);
-        const vec_t v = get_some(x + f, count) + gelu(get_some(z + f, count) + b);
-        put_some(y + f, count, v);
-        const vec_t m = row_sums(v, &pk) * pk.inverse, d = v - m;
-        const vec_t rs = 1.0f / vsqrt(row_sums(d * d, &pk) * pk.inverse + eps);
-        put_some(u + f, count, d * rs * w + be);
-        if (mean) gather_rows(mean + r0, rows - r0, m, &pk);
-        if (rstd) gather_rows(rstd + r0, rows - r0, rs, &pk);
+    ptrdiff_t at = 0; /* the next vector's offset in the plane */
+    for (ptrdiff_t f0 = 0, r00 = 0; f0 < total_floats; f0 += GROUP * VEC, r00 += GROUP * per) {
+        /* GROUP vectors side by side, each step for all of them before the next, so that their chains overlap */
+        const int g = total_floats - f0 < GROUP * VEC ? (int)((total_floats - f0 + VEC - 1) / VEC) : GROUP;
+        vec_t v[GROUP], m[GROUP], d[GROUP], rs[GROUP];
+        ahead(x, f0 + AHEAD * 16, GROUP * VEC, total_floats);
+        ahead(z, f0 + AHEAD * 16, GROUP * VEC, total_floats);
+        for (int i = 0; i < g; ++i, at = wrap(at + VEC, length)) {
+            const ptrdiff_t f = f0 + i * VEC, r0 = r00 + i * per, count = total_floats - f;
+            const vec_t b = planar ? loadv(plane + at) : bias_of_runs(bias, &tok, rows - r0 < per ? rows - r0 : per, &pk);
+            v[i] = get_some(x + f, count) + gelu(get_some(z + f, count) + b);
+        }
+        for (int i = 0; i < g; ++i) put_some(y + f0 + i * VEC, total_floats - f0 - i * VEC, v[i]);
+        for (int i = 0; i < g; ++i) m[i] = row_sums(v[i], &pk) * pk.inverse, d[i] = v[i] - m[i];
+        for (int i = 0; i < g; ++i) rs[i] = 1.0f / vsqrt(row_sums(d[i] * d[i], &pk) * pk.inverse + eps);
+        for (int i = 0; i < g; ++i) {
+            const ptrdiff_t f = f0 + i * VEC, r0 = r00 + i * per;
+            put_some(u + f, total_floats - f, d[i] * rs[i] * w + be);
+            if (mean) gather_rows(mean + r0, rows - r0, m[i], &pk);
+            if (rstd) gather_rows(rstd + r0, rows - r0, rs[i], &pk);
+        }
     }
     return 0;
 }
@@ -408,38 +443,56 @@ static int backward_packed(const float* gy, const float* gu, const float* y, con
     const ptrdiff_t length = (period ? period : 1) * n, total_floats = rows * n, per = VEC / n;
     if (length > MAX_VECS * VEC || period > MAX_VECS * VEC) return 1;
     const packing_t pk = packing(n);
-    vec_t w, cb;
-    for (int k = 0; k < VEC; ++k) w[k] = weight[k % n], cb[k] = period ? 0.0f : bias[k % n];
-    tokens_t tok = tokens_from_start(period, repeat); /* at the vector's first row */
-    ptrdiff_t f = 0, r0 = 0;
-    while (f < total_floats) {
+    const int planar = !period || repeat == 1; /* as forward_packed */
+    float plane[MAX_VECS * VEC + VEC];
+    if (planar) bias_plane(plane, bias, period, n);
+    vec_t w;
+    for (int k = 0; k < VEC; ++k) w[k] = weight[k % n];
+    tokens_t tok = tokens_from_start(period, repeat); /* at the next vector's first row */
+    ptrdiff_t f0 = 0, r00 = 0, at = 0;
+    while (f0 < total_floats) {
         vec_t bw = splat(0.0f), bbe = splat(0.0f), bb = splat(0.0f); /* this block's sums, by lane */
-        for (int i = 0; i < BLOCK && f < total_floats; ++i, f += VEC, r0 += per) {
-            const ptrdiff_t count = total_floats - f, here = rows - r0 < per ? rows - r0 : per;
-            const tokens_t first = tok; /* the walk at row r0, for the token bias's gradient */
-            ahead(gu, f + AHEAD * 16, VEC, total_floats);
-            ahead(y, f + AHEAD * 16, VEC, total_floats);
-            ahead(z, f + AHEAD * 16, VEC, total_floats);
-            ahead(gy, f + AHEAD * 16, VEC, total_floats);
-            const vec_t m = spread(mean + r0, rows - r0, &pk), rs = spread(rstd + r0, rows - r0, &pk);
-            const vec_t g0 = get_some(gu + f, count), h = (get_some(y + f, count) - m) * rs; /* x-hat */
-            bw += g0 * h;
-            bbe += g0;
-            const vec_t g = g0 * w; /* gradient of x-hat */
-            const vec_t c1 = row_sums(g, &pk) * pk.inverse, c2 = row_sums(g * h, &pk) * pk.inverse;
-            vec_t gk = ((g - c1) - h * c2) * rs;
-            if (gy) gk = get_some(gy + f, count) + gk;
-            put_some(gx + f, count, gk);
-            const vec_t b = bias_of_rows(bias, cb, &tok, here, &pk);
-            const vec_t t = gk * gelu_grad(get_some(z + f, count) + b);
-            put_some(gz + f, count, t);
-            if (period) {
-                float sums[VEC];
-                tokens_t at = first;
-                gather_rows(sums, per, row_sums(t, &pk), &pk);
-                for (ptrdiff_t k = 0; k < here; ++k, next_row(&at)) accb[at.token] += sums[k];
-            } else {
-                bb += t;
+        for (int i0 = 0; i0 < BLOCK && f0 < total_floats; i0 += GROUP, f0 += GROUP * VEC, r00 += GROUP * per) {
+            /* GROUP vectors side by side, each step for all of them before the next; sums in the vectors' order */
+            const int g = total_floats - f0 < GROUP * VEC ? (int)((total_floats - f0 + VEC - 1) / VEC) : GROUP;
+            vec_t g0[GROUP], h[GROUP], gk[GROUP], t[GROUP];
+            ahead(gu, f0 + AHEAD * 16, GROUP * VEC, total_floats);
+            ahead(y, f0 + AHEAD * 16, GROUP * VEC, total_floats);
+            ahead(z, f0 + AHEAD * 16, GROUP * VEC, total_floats);
+            ahead(gy, f0 + AHEAD * 16, GROUP * VEC, total_floats);
+            for (int i = 0; i < g; ++i) {
+                const ptrdiff_t f = f0 + i * VEC, r0 = r00 + i * per, count = total_floats - f;
+                const vec_t m = spread(mean + r0, rows - r0, &pk), rs = spread(rstd + r0, rows - r0, &pk);
+                g0[i] = get_some(gu + f, count);
+                h[i] = (get_some(y + f, count) - m) * rs; /* x-hat */
+                const vec_t gh = g0[i] * w; /* gradient of x-hat */
+                const vec_t c1 = row_sums(gh, &pk) * pk.inverse, c2 = row_sums(gh * h[i], &pk) * pk.inverse;
+                gk[i] = ((gh - c1) - h[i] * c2) * rs;
+                if (gy) gk[i] = get_some(gy + f, count) + gk[i];
+            }
+            for (int i = 0; i < g; ++i) {
+                bw += g0[i] * h[i];
+                bbe += g0[i];
+            }
+            tokens_t first = tok; /* the walk at the group's first row, for the token bias's gradient */
+            for (int i = 0; i < g; ++i, at = wrap(at + VEC, length)) {
+                const ptrdiff_t f = f0 + i * VEC, r0 = r00 + i * per, count = total_floats - f;
+                put_some(gx + f, count, gk[i]);
+                const vec_t b = planar ? loadv(plane + at)
+                                       : bias_of_runs(bias, &tok, rows - r0 < per ? rows - r0 : per, &pk);
+                t[i] = gk[i] * gelu_grad(get_some(z + f, count) + b);
+                put_some(gz + f, count, t[i]);
+            }
+            for (int i = 0; i < g; ++i) {
+                const ptrdiff_t r0 = r00 + i * per, here = rows - r0 < per ? rows - r0 : per;
+                if (period) {
+                    float sums[VEC];
+                    gather_rows(sums, per, row_sums(t[i], &pk), &pk);
+                    for (ptrdiff_t k = 0; k < here; ++k, next_row(&first)) accb[first.token] += sums[k];
+                    if (planar) tok = first; /* the plane walked no tokens */
+                } else {
+                    bb += t[i];
+                }
             }
         }
         for (int k = 0; k < VEC; ++k) {
