@@ -1,9 +1,11 @@
 """The S-Mixer's fused sublayers (pkmixer.layers.fused, the C kernel ``residual_gelu_norm.c``) against torch's
 operators: the op in float32 against float64 autograd for every layout the kernel has (rows of 16 channels or more,
-with and without a partial last vector; 4 and 8 channels packed), its fallbacks, its builds at three x86-64 levels
-(the same bits but for AVX-512's row sums), its traced, scripted and exported forms; and fused models against the same models run as modules. The traced,
-scripted, exported, checkpointed and intermediate-feature forms of a fused zoo model are checked bit for bit against
-the eager ones here with tests/test_timm_conventions.py's checks, and a C = 4 S-Mixer's in tests/test_fastpaths.py.
+with and without a partial last vector; 4 and 8 channels packed; batch-first and sequence-first streams), its
+fallbacks, its builds at the x86-64 levels (the same bits but for AVX-512's row sums), its traced, scripted and
+exported forms; and fused models against the same models run as modules. The traced, scripted, exported,
+checkpointed and intermediate-feature forms of fused zoo models (8 channels, sequence-first, and 16) are checked bit
+for bit against the eager ones here with tests/test_timm_conventions.py's checks, and a C = 4 S-Mixer's in
+tests/test_fastpaths.py.
 Correctness only: nothing here is timed."""
 import ctypes
 import os

@@ -9,9 +9,9 @@ depend on that level. Builds write to a temporary file and rename it, so concurr
 never load a half-written library.
 
 Where a kernel cannot be had - no compiler (``$CC``, else ``cc``), a failed build, an unwritable cache,
-``PKMIXER_NATIVE_KERNELS=0``, or for the kernels of :data:`NEEDS_FMA` an x86-64 CPU below AVX2 - :func:`load` returns None, the first time with a warning that says why, and the
-layers that use it run torch's own operators instead (same results up to float rounding). :func:`describe` is the line a
-run's environment records.
+``PKMIXER_NATIVE_KERNELS=0``, or for the kernels of :data:`NEEDS_FMA` an x86-64 CPU below AVX2 - :func:`load`
+returns None, the first time with a warning that says why, and the layers that use it run torch's own operators
+instead (same results up to float rounding). :func:`describe` is the line a run's environment records.
 """
 from __future__ import annotations
 

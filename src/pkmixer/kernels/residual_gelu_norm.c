@@ -12,10 +12,11 @@
  *
  * Each element is read and written once in each direction, so the stream passes through memory four times in the
  * forward (x, z in; y, u out) and six in the backward, where torch's GELU, sum and LayerNorm, their backwards, the
- * gradient accumulation and the bias reduction each pass over it on their own. Work runs in vectors of VEC floats. Rows of 16 channels or more go
- * GROUP at a time, each as vectors along its channels (the last vector ending at the row's end, see row_t), so that
- * the sums of the rows' LayerNorms run side by side. Rows of n = 4 or 8 channels are packed VEC / n to a vector, as they lie in
- * memory, and each row's sums are taken within its segment of the vector (a butterfly of lane shuffles). Other widths
+ * gradient accumulation and the bias reduction each pass over it on their own. Work runs in vectors of VEC floats.
+ * Rows of 16 channels or more go GROUP at a time, each as vectors along its channels (the last vector ending at the
+ * row's end, see row_t), so that the sums of the rows' LayerNorms run side by side. Rows of n = 4 or 8 channels are
+ * packed VEC / n to a vector, as they lie in memory, GROUP vectors at a time, each step for all of them before the
+ * next, and each row's sums are taken within its segment of the vector (a butterfly of lane shuffles). Other widths
  * below 16 are refused (the caller runs torch's operators).
  *
  * erf is the rational approximation of Eigen and XLA (clamped to [-4, 4]), exp a Cody-Waite reduction with Cephes's
@@ -420,7 +421,8 @@ static int forward_packed(const float* x, const float* z, const float* bias, ptr
         ahead(z, f0 + AHEAD * 16, GROUP * VEC, total_floats);
         for (int i = 0; i < g; ++i, at = wrap(at + VEC, length)) {
             const ptrdiff_t f = f0 + i * VEC, r0 = r00 + i * per, count = total_floats - f;
-            const vec_t b = planar ? loadv(plane + at) : bias_of_runs(bias, &tok, rows - r0 < per ? rows - r0 : per, &pk);
+            const vec_t b = planar ? loadv(plane + at)
+                                   : bias_of_runs(bias, &tok, rows - r0 < per ? rows - r0 : per, &pk);
             v[i] = get_some(x + f, count) + gelu(get_some(z + f, count) + b);
         }
         for (int i = 0; i < g; ++i) put_some(y + f0 + i * VEC, total_floats - f0 - i * VEC, v[i]);

@@ -157,7 +157,7 @@ class MixingSublayer(nn.Module):
         weight = self.mixing.mlp.fc.weight
         if self.mixing.normal_left:  # W U over every column of the batch: (S_in, B·C) -> (S_out, B·C)
             return shortcut, (weight @ u.reshape(u.shape[0], -1)).view(-1, u.shape[1], u.shape[2])
-        return shortcut, torch.nn.functional.linear(u, weight)
+        return shortcut, nn.functional.linear(u, weight)
 
     def fused_close(self, shortcut: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                     eps: float, sequence_first: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
