@@ -42,8 +42,17 @@ def cache_dir() -> Path:
     return Path(base) / "pkmixer" / "kernels"
 
 
+def _x86() -> bool:
+    return platform.machine() in ("x86_64", "AMD64")
+
+
+def _level() -> str | None:
+    """The -march flag of the x86-64 level torch's kernels use here, or None (the compiler's default)."""
+    return _LEVELS.get(torch.backends.cpu.get_cpu_capability()) if _x86() else None
+
+
 def _flags() -> tuple[str, ...]:
-    level = _LEVELS.get(torch.backends.cpu.get_cpu_capability()) if platform.machine() in ("x86_64", "AMD64") else None
+    level = _level()
     return (*_BASE_FLAGS, *((level,) if level else ()))
 
 
@@ -68,7 +77,7 @@ def _build(name: str) -> tuple[ctypes.CDLL, str]:
     """Build (or find) and load ``<name>.c``: (the library, a line describing it); RuntimeError with the reason."""
     if os.environ.get(SWITCH, "1") == "0":
         raise RuntimeError(f"{SWITCH}=0")
-    if name in NEEDS_FMA and platform.machine() in ("x86_64", "AMD64") and len(_flags()) == len(_BASE_FLAGS):
+    if name in NEEDS_FMA and _x86() and _level() is None:
         raise RuntimeError("not used on an x86-64 CPU without AVX2 and FMA (its fused multiply-adds would run in "
                            "software)")
     compiler = _compiler()

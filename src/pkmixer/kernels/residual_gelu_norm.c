@@ -335,7 +335,6 @@ static inline __attribute__((always_inline)) void put_some(float* p, ptrdiff_t c
 
 static inline __attribute__((always_inline)) int packs(ptrdiff_t n) { return n == 4 || n == 8; }
 
-
 /* The lane shuffles of a packing of rows of n channels, VEC / n to a vector. */
 typedef struct {
     int n, levels;  /* levels: log2 n */
@@ -450,7 +449,8 @@ static int backward_packed(const float* gy, const float* gu, const float* y, con
     if (planar) bias_plane(plane, bias, period, n);
     vec_t w;
     for (int k = 0; k < VEC; ++k) w[k] = weight[k % n];
-    tokens_t tok = tokens_from_start(period, repeat); /* at the next vector's first row */
+    tokens_t tok = tokens_from_start(period, repeat);    /* the bias's walk, at the next vector's first row */
+    tokens_t summed = tokens_from_start(period, repeat); /* the token bias gradient's walk, likewise */
     ptrdiff_t f0 = 0, r00 = 0, at = 0;
     while (f0 < total_floats) {
         vec_t bw = splat(0.0f), bbe = splat(0.0f), bb = splat(0.0f); /* this block's sums, by lane */
@@ -476,7 +476,6 @@ static int backward_packed(const float* gy, const float* gu, const float* y, con
                 bw += g0[i] * h[i];
                 bbe += g0[i];
             }
-            tokens_t first = tok; /* the walk at the group's first row, for the token bias's gradient */
             for (int i = 0; i < g; ++i, at = wrap(at + VEC, length)) {
                 const ptrdiff_t f = f0 + i * VEC, r0 = r00 + i * per, count = total_floats - f;
                 put_some(gx + f, count, gk[i]);
@@ -490,8 +489,7 @@ static int backward_packed(const float* gy, const float* gu, const float* y, con
                 if (period) {
                     float sums[VEC];
                     gather_rows(sums, per, row_sums(t[i], &pk), &pk);
-                    for (ptrdiff_t k = 0; k < here; ++k, next_row(&first)) accb[first.token] += sums[k];
-                    if (planar) tok = first; /* the plane walked no tokens */
+                    for (ptrdiff_t k = 0; k < here; ++k, next_row(&summed)) accb[summed.token] += sums[k];
                 } else {
                     bb += t[i];
                 }

@@ -107,7 +107,7 @@ def reference(x: torch.Tensor, z: torch.Tensor, bias: torch.Tensor, token_bias: 
 
 
 def _kernel_forward(x: torch.Tensor, z: torch.Tensor, bias: torch.Tensor, token_bias: bool, weight: torch.Tensor,
-                    beta: torch.Tensor, eps: float, sequence_first: bool = False
+                    beta: torch.Tensor, eps: float, sequence_first: bool
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, u, each row's mean, each row's 1/σ) from the kernel."""
     x, z = x.contiguous(), z.contiguous()
@@ -150,7 +150,7 @@ def _grads(grad_y, grad_u, x, z, bias, token_bias, weight, beta, eps, y, mean, r
     return _kernel_grads(grad_y, grad_u, y, mean, rstd, z, bias, token_bias, weight, sequence_first)
 
 
-def _kernel_grads(grad_y, grad_u, y, mean, rstd, z, bias, token_bias, weight, sequence_first=False):
+def _kernel_grads(grad_y, grad_u, y, mean, rstd, z, bias, token_bias, weight, sequence_first):
     """(gx, gz, gbias, gweight, gbeta) from the kernel."""
     grad_u, z, bias, weight = grad_u.contiguous(), z.contiguous(), bias.contiguous(), weight.contiguous()
     grad_y = None if grad_y is None else grad_y.contiguous()
@@ -166,7 +166,7 @@ def _kernel_grads(grad_y, grad_u, y, mean, rstd, z, bias, token_bias, weight, se
     return gx, gz, gbias, gweight, gbeta
 
 
-def _torch_grads(grad_y, grad_u, x, z, bias, token_bias, weight, beta, eps, sequence_first=False):
+def _torch_grads(grad_y, grad_u, x, z, bias, token_bias, weight, beta, eps, sequence_first):
     """The same gradients from torch's operators; recorded, and so differentiable again, when grad mode is on."""
     n = x.shape[-1]
     v = z + _token_bias(bias, x, token_bias, sequence_first)

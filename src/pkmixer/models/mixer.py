@@ -56,7 +56,7 @@ from torch.utils.checkpoint import checkpoint
 from ..errors import ConfigError, check_positive, check_positive_int, check_rate
 from ..layers import fused
 from ..layers.ablations import BatchedLinear, GroupedTokenMixing
-from ..layers.mlp import NARROW_COLUMNS, FcAct, Mlp
+from ..layers.mlp import NARROW_COLUMNS, FcAct, Mlp, left_mm
 from ..layers.norm import layer_norm
 from ..layers.patch import PatchConv
 from ..layers.pk import PKMixing
@@ -102,7 +102,7 @@ class TokenProjectionSkip(nn.Module):
 
     def forward_sequence_first(self, x: torch.Tensor) -> torch.Tensor:  # (S0, B, C) -> (S, B, C)
         """The same map on a sequence-first stream: one product over all the batch's columns."""
-        return self.norm((self.proj.weight @ x.reshape(x.shape[0], -1)).view(-1, x.shape[1], x.shape[2]))
+        return self.norm(left_mm(self.proj.weight, None, x.reshape(x.shape[0], -1)).view(-1, x.shape[1], x.shape[2]))
 
     def rows_per_image(self) -> dict[nn.Module, int]:
         """W̃ mixes tokens: it runs once per channel (contract, pkmixer.models.contract)."""
@@ -150,14 +150,14 @@ class MixingSublayer(nn.Module):
                       ) -> Tuple[torch.Tensor, torch.Tensor]:
         """(shortcut, W u) for u = LN(x): the sublayer up to its Dense's product, without the bias (an S-Mixer's
         fused path, :meth:`Mixer.forward_features`); on (S, B, C) streams where ``sequence_first``."""
-        if not sequence_first:
-            shortcut = x if self.skip is None else self.skip(x)
-            return shortcut, self.mixing.mlp.product(u, self.mixing.normal_left, self.mixing.narrow)
-        shortcut = x if self.skip is None else self.skip.forward_sequence_first(x)
-        weight = self.mixing.mlp.fc.weight
-        if self.mixing.normal_left:  # W U over every column of the batch: (S_in, B·C) -> (S_out, B·C)
-            return shortcut, (weight @ u.reshape(u.shape[0], -1)).view(-1, u.shape[1], u.shape[2])
-        return shortcut, nn.functional.linear(u, weight)
+        if self.skip is None:
+            shortcut = x
+        else:
+            shortcut = self.skip.forward_sequence_first(x) if sequence_first else self.skip(x)
+        if sequence_first and self.mixing.normal_left:  # W U over the batch's columns: (S_in, B·C) -> (S_out, B·C)
+            z = left_mm(self.mixing.mlp.fc.weight, None, u.reshape(u.shape[0], -1))
+            return shortcut, z.view(-1, u.shape[1], u.shape[2])
+        return shortcut, self.mixing.mlp.product(u, self.mixing.normal_left, self.mixing.narrow)
 
     def fused_close(self, shortcut: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                     eps: float, sequence_first: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
