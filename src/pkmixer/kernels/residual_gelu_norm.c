@@ -28,6 +28,9 @@
  * The parameter gradients accumulate per block of rows in float and the blocks in double.
  */
 #include <math.h>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 #include <stddef.h>
 #include <string.h>
 
@@ -43,6 +46,15 @@
 #define MAX_VECS (2048 / VEC) /* rows up to 2048 channels, biases up to 2048 tokens */
 #define BLOCK 64              /* rows (vectors, packed) whose parameter gradients are summed in float */
 #define GROUP 4               /* rows computed side by side */
+/* Vectors of a row (16 channels or more) whose GELU, and whose GELU gradient, run in lockstep: on the AVX2 machine of
+ * docs/performance.md four made the forward about a tenth faster, and more than one made the backward, whose
+ * lockstep state spills out of the registers, no faster. */
+#ifndef FORWARD_LANES
+#define FORWARD_LANES 4
+#endif
+#ifndef BACKWARD_LANES
+#define BACKWARD_LANES 1
+#endif
 #ifndef AHEAD
 #define AHEAD 4 /* rows (of 16 floats, packed) whose cache lines are asked for ahead of their use */
 #endif
@@ -58,9 +70,19 @@ static inline __attribute__((always_inline)) vec_t select(ivec_t mask, vec_t a, 
     return (vec_t)((mask & (ivec_t)a) | (~mask & (ivec_t)b));
 }
 
+/* max(lo, x) then min(hi, x), as x < lo ? lo : x and x > hi ? hi : x (a NaN stays NaN, -0 stays -0): one instruction
+ * each where the vector is one AVX or AVX-512 register, whose max and min are these selects. */
 static inline __attribute__((always_inline)) vec_t clamp(vec_t x, float lo, float hi) {
+#if VEC == 16 && defined(__AVX512F__)
+    x = (vec_t)_mm512_max_ps((__m512)splat(lo), (__m512)x);
+    return (vec_t)_mm512_min_ps((__m512)splat(hi), (__m512)x);
+#elif VEC == 8 && defined(__AVX__)
+    x = (vec_t)_mm256_max_ps((__m256)splat(lo), (__m256)x);
+    return (vec_t)_mm256_min_ps((__m256)splat(hi), (__m256)x);
+#else
     x = select(x < splat(lo), splat(lo), x);
     return select(x > splat(hi), splat(hi), x);
+#endif
 }
 
 /* a b + c, rounded once (IEEE fused multiply-add: the same bits whether the machine has the instruction or the
@@ -71,50 +93,70 @@ static inline __attribute__((always_inline)) vec_t fma_(vec_t a, vec_t b, float 
     return r;
 }
 
+/* The element-wise functions below work on `count` vectors in lockstep, each step for all of them before the next,
+ * so that their dependency chains overlap in the machine's schedulers (count, at most LOCKSTEP, is a constant where
+ * they are inlined). */
+#define LOCKSTEP 4
+#if GROUP > LOCKSTEP || FORWARD_LANES > LOCKSTEP || BACKWARD_LANES > LOCKSTEP
+#error "the element-wise functions take at most LOCKSTEP vectors at once"
+#endif
+
 /* erf(x): x P(x^2) / Q(x^2) on [-4, 4] (Eigen's generic_fast_erf_float, Horner's rule in fused multiply-adds), +-1
  * beyond. */
-static inline __attribute__((always_inline)) vec_t verf(vec_t x) {
-    x = clamp(x, -4.0f, 4.0f);
-    const vec_t x2 = x * x;
-    vec_t p = fma_(x2, splat(-2.72614225801306e-10f), 2.77068142495902e-08f);
-    p = fma_(x2, p, -2.10102402082508e-06f);
-    p = fma_(x2, p, -5.69250639462346e-05f);
-    p = fma_(x2, p, -7.34990630326855e-04f);
-    p = fma_(x2, p, -2.95459980854025e-03f);
-    p = fma_(x2, p, -1.60960333262415e-02f);
-    vec_t q = fma_(x2, splat(-1.45660718464996e-05f), -2.13374055278905e-04f);
-    q = fma_(x2, q, -1.68282697438203e-03f);
-    q = fma_(x2, q, -7.37332916720468e-03f);
-    q = fma_(x2, q, -1.42647390514189e-02f);
-    return x * p / q;
+static inline __attribute__((always_inline)) void verf(vec_t* x, const int count) {
+    vec_t x2[LOCKSTEP], p[LOCKSTEP], q[LOCKSTEP];
+    for (int j = 0; j < count; ++j) x[j] = clamp(x[j], -4.0f, 4.0f), x2[j] = x[j] * x[j];
+    for (int j = 0; j < count; ++j) p[j] = fma_(x2[j], splat(-2.72614225801306e-10f), 2.77068142495902e-08f);
+    for (int j = 0; j < count; ++j) q[j] = fma_(x2[j], splat(-1.45660718464996e-05f), -2.13374055278905e-04f);
+    for (int j = 0; j < count; ++j) p[j] = fma_(x2[j], p[j], -2.10102402082508e-06f);
+    for (int j = 0; j < count; ++j) q[j] = fma_(x2[j], q[j], -1.68282697438203e-03f);
+    for (int j = 0; j < count; ++j) p[j] = fma_(x2[j], p[j], -5.69250639462346e-05f);
+    for (int j = 0; j < count; ++j) q[j] = fma_(x2[j], q[j], -7.37332916720468e-03f);
+    for (int j = 0; j < count; ++j) p[j] = fma_(x2[j], p[j], -7.34990630326855e-04f);
+    for (int j = 0; j < count; ++j) q[j] = fma_(x2[j], q[j], -1.42647390514189e-02f);
+    for (int j = 0; j < count; ++j) p[j] = fma_(x2[j], p[j], -2.95459980854025e-03f);
+    for (int j = 0; j < count; ++j) p[j] = fma_(x2[j], p[j], -1.60960333262415e-02f);
+    for (int j = 0; j < count; ++j) x[j] = x[j] * p[j] / q[j];
 }
 
 /* exp(x) for x <= 0 (x below -87 is taken as -87, whose exp is below 2^-125): x = k ln 2 + r, |r| <= ln 2 / 2,
  * exp(r) by Cephes's expf polynomial. */
-static inline __attribute__((always_inline)) vec_t vexp_nonpositive(vec_t x) {
-    x = clamp(x, -87.0f, 0.0f);
+static inline __attribute__((always_inline)) void vexp_nonpositive(vec_t* x, const int count) {
     const vec_t magic = splat(12582912.0f); /* 1.5 * 2^23: adding and subtracting it rounds to an integer */
-    const vec_t n = (x * 1.44269504088896341f + magic) - magic;
-    const vec_t r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-    vec_t p = fma_(r, splat(1.9875691500e-4f), 1.3981999507e-3f);
-    p = fma_(p, r, 8.3334519073e-3f);
-    p = fma_(p, r, 4.1665795894e-2f);
-    p = fma_(p, r, 1.6666665459e-1f);
-    p = fma_(p, r, 5.0000001201e-1f);
-    const vec_t e = (p * (r * r) + r) + 1.0f;
-    const ivec_t bits = (__builtin_convertvector(n, ivec_t) + 127) << 23;
-    return e * (vec_t)bits;
+    vec_t n[LOCKSTEP], r[LOCKSTEP], p[LOCKSTEP];
+    for (int j = 0; j < count; ++j) x[j] = clamp(x[j], -87.0f, 0.0f);
+    for (int j = 0; j < count; ++j) n[j] = (x[j] * 1.44269504088896341f + magic) - magic;
+    for (int j = 0; j < count; ++j) r[j] = (x[j] - n[j] * 0.693359375f) - n[j] * -2.12194440e-4f;
+    for (int j = 0; j < count; ++j) p[j] = fma_(r[j], splat(1.9875691500e-4f), 1.3981999507e-3f);
+    for (int j = 0; j < count; ++j) p[j] = fma_(p[j], r[j], 8.3334519073e-3f);
+    for (int j = 0; j < count; ++j) p[j] = fma_(p[j], r[j], 4.1665795894e-2f);
+    for (int j = 0; j < count; ++j) p[j] = fma_(p[j], r[j], 1.6666665459e-1f);
+    for (int j = 0; j < count; ++j) p[j] = fma_(p[j], r[j], 5.0000001201e-1f);
+    for (int j = 0; j < count; ++j) {
+        const vec_t e = (p[j] * (r[j] * r[j]) + r[j]) + 1.0f;
+        const ivec_t bits = (__builtin_convertvector(n[j], ivec_t) + 127) << 23;
+        x[j] = e * (vec_t)bits;
+    }
 }
 
 #define SQRT_HALF 0.70710678118654752f
 #define INV_SQRT_2PI 0.39894228040143268f
 
-static inline __attribute__((always_inline)) vec_t gelu(vec_t v) {
-    return v * (0.5f * (verf(v * SQRT_HALF) + 1.0f));
+/* v <- gelu(v) = v Phi(v). */
+static inline __attribute__((always_inline)) void gelu(vec_t* v, const int count) {
+    vec_t e[LOCKSTEP];
+    for (int j = 0; j < count; ++j) e[j] = v[j] * SQRT_HALF;
+    verf(e, count);
+    for (int j = 0; j < count; ++j) v[j] = v[j] * (0.5f * (e[j] + 1.0f));
 }
 
-static inline __attribute__((always_inline)) vec_t gelu_grad(vec_t v) {
-    return 0.5f * (verf(v * SQRT_HALF) + 1.0f) + v * (INV_SQRT_2PI * vexp_nonpositive(-0.5f * (v * v)));
+/* v <- gelu'(v) = Phi(v) + v phi(v). */
+static inline __attribute__((always_inline)) void gelu_grad(vec_t* v, const int count) {
+    vec_t e[LOCKSTEP], q[LOCKSTEP];
+    for (int j = 0; j < count; ++j) e[j] = v[j] * SQRT_HALF, q[j] = -0.5f * (v[j] * v[j]);
+    verf(e, count);
+    vexp_nonpositive(q, count);
+    for (int j = 0; j < count; ++j) v[j] = 0.5f * (e[j] + 1.0f) + v[j] * (INV_SQRT_2PI * q[j]);
 }
 
 /* The sum of a vector's lanes, pairwise (halving the vector until one lane is left). */
@@ -203,6 +245,22 @@ static void add_by_channel(double* total_, const vec_t* sums, const row_t* row) 
             if (row->new[k][l] != 0.0f) total_[row->at[k] + l] += sums[k][l];
 }
 
+/* Vectors k .. k + count - 1 of a row (x, z and y at the row's start) in lockstep: y = x + gelu(z + cb + tb), into
+ * the row's registers yv and memory; returns the row's running sum s plus their new channels. */
+static inline __attribute__((always_inline)) vec_t residual_gelu(const float* x, const float* z, const vec_t* cb,
+                                                                 vec_t tb, const row_t* row, ptrdiff_t k,
+                                                                 const int count, vec_t* yv, float* y, vec_t s) {
+    vec_t v[LOCKSTEP];
+    for (int j = 0; j < count; ++j) v[j] = loadv(z + row->at[k + j]) + (cb[k + j] + tb);
+    gelu(v, count);
+    for (int j = 0; j < count; ++j) {
+        yv[k + j] = loadv(x + row->at[k + j]) + v[j];
+        s += yv[k + j] * row->new[k + j];
+        storev(y + row->at[k + j], yv[k + j]);
+    }
+    return s;
+}
+
 static int forward_rows(const float* x, const float* z, const float* bias, ptrdiff_t period, ptrdiff_t repeat,
                         const float* weight, const float* beta, float* y, float* u, float* mean, float* rstd,
                         ptrdiff_t rows, ptrdiff_t n, float eps) {
@@ -227,12 +285,10 @@ static int forward_rows(const float* x, const float* z, const float* bias, ptrdi
             ahead(z, (r + AHEAD) * n, n, rows * n);
             const vec_t tb = splat(period ? bias[tok.token] : 0.0f);
             vec_t s = splat(0.0f);
-            for (ptrdiff_t k = 0; k < nv; ++k) {
-                const vec_t v = loadv(x + r * n + row.at[k]) + gelu(loadv(z + r * n + row.at[k]) + (cb[k] + tb));
-                yv[i][k] = v;
-                s += v * row.new[k];
-                storev(y + r * n + row.at[k], v);
-            }
+            for (ptrdiff_t k = 0; k < nv; k += FORWARD_LANES)
+                if (k + FORWARD_LANES <= nv) s = residual_gelu(x + r * n, z + r * n, cb, tb, &row, k, FORWARD_LANES, yv[i], y + r * n, s);
+                else
+                    for (ptrdiff_t l = k; l < nv; ++l) s = residual_gelu(x + r * n, z + r * n, cb, tb, &row, l, 1, yv[i], y + r * n, s);
             sums[i] = s;
         }
         for (int i = 0; i < g; ++i) m[i] = total(sums[i]) / (float)n;
@@ -253,6 +309,31 @@ static int forward_rows(const float* x, const float* z, const float* bias, ptrdi
         }
     }
     return 0;
+}
+
+/* Vectors k .. k + count - 1 of a row in lockstep (gy, z, gx and gz at the row's start; gy may be NULL): the
+ * LayerNorm's input gradient from the x-hat gradient g, x-hat h and the row's means c1, c2 of g and g h, plus gy, into
+ * gx; times gelu'(z + cb + tb) into gz and the bias sums bb; returns the row's running sum sr plus their new channels. */
+static inline __attribute__((always_inline)) vec_t residual_gelu_grad(const float* gy, const float* z, const vec_t* cb,
+                                                                      vec_t tb, const vec_t* g, const vec_t* h,
+                                                                      float c1, float c2, float rs, const row_t* row,
+                                                                      ptrdiff_t k, const int count, float* gx,
+                                                                      float* gz, vec_t* bb, vec_t sr) {
+    vec_t gk[LOCKSTEP], v[LOCKSTEP];
+    for (int j = 0; j < count; ++j) {
+        gk[j] = ((g[k + j] - c1) - h[k + j] * c2) * rs;
+        if (gy) gk[j] = loadv(gy + row->at[k + j]) + gk[j];
+        storev(gx + row->at[k + j], gk[j]);
+        v[j] = loadv(z + row->at[k + j]) + (cb[k + j] + tb);
+    }
+    gelu_grad(v, count);
+    for (int j = 0; j < count; ++j) {
+        const vec_t t = gk[j] * v[j];
+        storev(gz + row->at[k + j], t);
+        sr += t * row->new[k + j];
+        bb[k + j] += t;
+    }
+    return sr;
 }
 
 static int backward_rows(const float* gy, const float* gu, const float* y, const float* mean, const float* rstd,
@@ -293,14 +374,15 @@ static int backward_rows(const float* gy, const float* gu, const float* y, const
             const float c1 = total(s1) / (float)n, c2 = total(s2) / (float)n;
             const vec_t tb = splat(period ? bias[tok.token] : 0.0f);
             vec_t sr = splat(0.0f);
-            for (ptrdiff_t k = 0; k < nv; ++k) {
-                vec_t gk = ((g[k] - c1) - h[k] * c2) * rs;
-                if (gy) gk = loadv(gy + r * n + row.at[k]) + gk;
-                storev(gx + r * n + row.at[k], gk);
-                const vec_t t = gk * gelu_grad(loadv(z + r * n + row.at[k]) + (cb[k] + tb));
-                storev(gz + r * n + row.at[k], t);
-                sr += t * row.new[k];
-                bb[k] += t;
+            for (ptrdiff_t k = 0; k < nv; k += BACKWARD_LANES) {
+                const ptrdiff_t o = r * n;
+                if (k + BACKWARD_LANES <= nv)
+                    sr = residual_gelu_grad(gy ? gy + o : NULL, z + o, cb, tb, g, h, c1, c2, rs, &row, k, BACKWARD_LANES,
+                                            gx + o, gz + o, bb, sr);
+                else
+                    for (ptrdiff_t l = k; l < nv; ++l)
+                        sr = residual_gelu_grad(gy ? gy + o : NULL, z + o, cb, tb, g, h, c1, c2, rs, &row, l, 1, gx + o,
+                                                gz + o, bb, sr);
             }
             if (period) accb[tok.token] += total(sr);
         }
@@ -422,8 +504,11 @@ static int forward_packed(const float* x, const float* z, const float* bias, ptr
             const ptrdiff_t f = f0 + i * VEC, r0 = r00 + i * per, count = total_floats - f;
             const vec_t b = planar ? loadv(plane + at)
                                    : bias_of_runs(bias, &tok, rows - r0 < per ? rows - r0 : per, &pk);
-            v[i] = get_some(x + f, count) + gelu(get_some(z + f, count) + b);
+            v[i] = get_some(z + f, count) + b;
         }
+        for (int i = g; i < GROUP; ++i) v[i] = splat(0.0f);
+        gelu(v, GROUP);
+        for (int i = 0; i < g; ++i) v[i] = get_some(x + f0 + i * VEC, total_floats - f0 - i * VEC) + v[i];
         for (int i = 0; i < g; ++i) put_some(y + f0 + i * VEC, total_floats - f0 - i * VEC, v[i]);
         for (int i = 0; i < g; ++i) m[i] = row_sums(v[i], &pk) * pk.inverse, d[i] = v[i] - m[i];
         for (int i = 0; i < g; ++i) rs[i] = 1.0f / vsqrt(row_sums(d[i] * d[i], &pk) * pk.inverse + eps);
@@ -481,8 +566,14 @@ static int backward_packed(const float* gy, const float* gu, const float* y, con
                 put_some(gx + f, count, gk[i]);
                 const vec_t b = planar ? loadv(plane + at)
                                        : bias_of_runs(bias, &tok, rows - r0 < per ? rows - r0 : per, &pk);
-                t[i] = gk[i] * gelu_grad(get_some(z + f, count) + b);
-                put_some(gz + f, count, t[i]);
+                t[i] = get_some(z + f, count) + b;
+            }
+            for (int i = g; i < GROUP; ++i) t[i] = splat(0.0f);
+            gelu_grad(t, GROUP);
+            for (int i = 0; i < g; ++i) {
+                const ptrdiff_t f = f0 + i * VEC;
+                t[i] = gk[i] * t[i];
+                put_some(gz + f, total_floats - f, t[i]);
             }
             for (int i = 0; i < g; ++i) {
                 const ptrdiff_t r0 = r00 + i * per, here = rows - r0 < per ? rows - r0 : per;
