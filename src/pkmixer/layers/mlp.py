@@ -22,6 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .narrow_linear import WIDTHS as NARROW_LINEAR_WIDTHS
+from .narrow_linear import narrow_linear
+
 
 # Below this many columns (channels, for token mixing) the MLP runs sequence-first, one GEMM per Dense over all
 # B·n columns, instead of B products whose inner matrices are only n wide (docs/performance.md (e)).
@@ -108,6 +111,8 @@ class FcAct(nn.Module):
         self.act = act_layer()
         self.drop = nn.Dropout(drop)
         self.narrow_columns = NARROW_COLUMNS
+        # a square Dense over 4 or 8 features: product() along the last axis runs pkmixer.layers.narrow_linear
+        self.narrow_product = in_features == out_features and in_features in NARROW_LINEAR_WIDTHS
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
         return self.drop(self.act(self.fc(x)))
@@ -123,10 +128,11 @@ class FcAct(nn.Module):
         return self.drop(self.act(left_linear(self.fc.weight, self.fc.bias, x)))
 
     def product(self, x: torch.Tensor, left: bool = False, narrow: bool = False) -> torch.Tensor:
-        """W x, the Dense without its bias and activation (pkmixer.layers.fused adds them); ``left``: along the
+        """W x, the Dense without its bias and activation (pkmixer.layers.fused adds them): along the last axis
+        with :func:`pkmixer.layers.narrow_linear.narrow_linear` over 4 or 8 features; ``left``: along the
         second-to-last axis, as :meth:`forward_left` with ``narrow``."""
         if not left:
-            return F.linear(x, self.fc.weight)
+            return narrow_linear(x, self.fc.weight) if self.narrow_product else F.linear(x, self.fc.weight)
         if narrow:
             return columns_back(self.fc.weight @ columns_first(x), x.shape[0])
         return torch.bmm(self.fc.weight.expand(x.shape[0], -1, -1), x)
