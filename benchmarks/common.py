@@ -17,6 +17,7 @@ memory out of the next one's figure. On a GPU it is ``torch.cuda.max_memory_allo
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import platform
@@ -193,6 +194,7 @@ def machine(settings: Settings) -> dict:
         "device": settings.device,
         "device_name": torch.cuda.get_device_name() if settings.device == "cuda" else "cpu",
         "load_average": os.getloadavg(),
+        "heap": heap_settings(),
     }
     try:
         import timm
@@ -201,6 +203,37 @@ def machine(settings: Settings) -> dict:
     except ImportError:
         info["timm"] = None
     return info
+
+
+# glibc's mallopt parameters (malloc.h) and the values retain_freed_memory sets
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD, TRIM_THRESHOLD = 32 << 20, 1 << 30
+_heap = {"retained": False}
+
+
+def retain_freed_memory() -> bool:
+    """Keep freed memory in the process's heap where the C library is glibc: its mmap threshold at 32 MiB (its
+    most) and its trim threshold at 1 GiB; whether it is set. A section's loop interleaves many models, whose
+    tensors of a few MiB glibc would otherwise map afresh and give back around their steps (its mmap threshold
+    follows the largest block freed so far, and it trims the heap's top once twice that is free there), a page
+    fault for each page touched, far more of them than a trainer running one model meets (docs/performance.md,
+    section (n)). With it the loops time steps of a process whose heap has reached its steady size."""
+    if not _heap["retained"] and sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL("libc.so.6")
+            libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+            _heap["retained"] = (libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+                                 and libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1)
+        except (OSError, AttributeError):
+            pass
+    return _heap["retained"]
+
+
+def heap_settings() -> str:
+    """The machine record's line for :func:`retain_freed_memory`."""
+    if _heap["retained"]:
+        return f"freed memory kept (glibc mmap threshold {MMAP_THRESHOLD >> 20} MiB, trim threshold 1 GiB)"
+    return "the C library's defaults"
 
 
 def _total_memory() -> int | None:

@@ -25,12 +25,16 @@ and strides (``TorchDispatchMode``), and replayed alone on fresh tensors of the 
 the replay's, timed in the same loop, is how far the rest of the step (norms, activations, sums, copies, the
 optimizer) takes it from the time its products need. Beside them: the same step with the sublayers run as modules,
 and the replay followed by the element-wise floor (:func:`element_wise_floor`), the least time any fusion of the
-element-wise work around these products could take.
+element-wise work around these products could take. Where the step's time goes (:class:`StepParts`): its products
+as they run inside it and the fused kernel's calls, timed in the same loop, and the rest of the step.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Callable
+import statistics
+import time
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +42,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pkmixer.experiments.presets.fig5 import MEDIUM
+from pkmixer.layers import fused
 from pkmixer.layers.norm import KERNEL_WIDTHS, NarrowLayerNorm, narrow_layer_norm
 from pkmixer.layers.pk import PKMixing
 from pkmixer.models.registry import create_model
@@ -228,6 +233,75 @@ def with_conv_stem(model: nn.Module) -> nn.Module:
     return plain
 
 
+class StepParts:
+    """Where a training step's time goes: called, it runs one step with the total time of its dense products as
+    they run inside it (each timed around itself under a ``TorchDispatchMode``) and of the fused kernel's calls
+    (forward and backward, each timed around itself) noted; :meth:`summary` gives their medians and the rest of a
+    plain step's median. Timed in the same loop as the plain step, so that both see the same load; the mode's own
+    cost (on every operator) falls in neither part."""
+
+    def __init__(self, step: Callable[[], None], settings: Settings) -> None:
+        self.step, self.settings = step, settings
+        self.products: list[float] = []
+        self.kernel: list[float] = []
+
+    def __call__(self) -> None:
+        with _TimeProducts(self.settings) as timer, _time_kernel() as kernel_s:
+            self.step()
+        self.products.append(timer.seconds)
+        self.kernel.append(kernel_s[0])
+
+    def summary(self, step_median_s: float, warmup: int) -> dict:
+        products, kernel = (statistics.median(v[warmup:]) for v in (self.products, self.kernel))
+        return {"products_s": products, "kernel_s": kernel, "rest_s": step_median_s - products - kernel,
+                "rounds": len(self.products) - warmup}
+
+
+class _TimeProducts(TorchDispatchMode):
+    """Sums the time of every dense matrix product run under it (``seconds``)."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+        self.seconds = 0.0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func not in PRODUCTS:
+            return func(*args, **(kwargs or {}))
+        self.settings.sync()
+        start = time.perf_counter()
+        out = func(*args, **(kwargs or {}))
+        self.settings.sync()
+        self.seconds += time.perf_counter() - start
+        return out
+
+
+@contextlib.contextmanager
+def _time_kernel() -> Iterator[list[float]]:
+    """The fused kernel's forward and backward calls (:mod:`pkmixer.layers.fused`) timed while inside: yields a
+    one-element list that holds their total seconds."""
+    total = [0.0]
+    names = ("_kernel_forward", "_kernel_grads")
+    originals = {name: getattr(fused, name) for name in names}
+
+    def timed(call: Callable) -> Callable:
+        def run(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                total[0] += time.perf_counter() - start
+        return run
+
+    for name in names:
+        setattr(fused, name, timed(originals[name]))
+    try:
+        yield total
+    finally:
+        for name, call in originals.items():
+            setattr(fused, name, call)
+
+
 class _RecordProducts(TorchDispatchMode):
     """Notes every dense matrix product run under it: (op, operands, keyword arguments), each tensor operand as
     a :class:`_Layout`."""
@@ -310,10 +384,13 @@ def own_products(settings: Settings) -> dict:
     calls = record_products(step)
     products = replay(calls, settings.torch_device)
     floor = element_wise_floor(model, batch, settings.torch_device)
+    parts = StepParts(step, settings)
     t = interleaved({"step": step, "plain sublayers": train_step(with_plain_sublayers(model), data, settings),
-                     "products": products, "products + floor": lambda: (products(), floor())}, settings)
+                     "products": products, "products + floor": lambda: (products(), floor()),
+                     "step, parts timed": parts}, settings)
     return {"model": SMALL_CIFAR, "depth": depth, "batch": batch, "products": len(calls),
             "fused": model.fuse_sublayers, "times": {k: v.as_dict() for k, v in t.items()},
+            "step_parts": parts.summary(t["step"].median_s, settings.warmup),
             "step_over_products": ratio(t["step"].median_s, t["products"].median_s),
             "plain_over_products": ratio(t["plain sublayers"].median_s, t["products"].median_s),
             "floor_over_products": ratio(t["products + floor"].median_s, t["products"].median_s)}

@@ -296,7 +296,14 @@ def markdown(result: dict) -> str:
                   "(the bytes the fused sublayers read and write, moved by torch's copy and add alone) take "
                   f"{_ms(own['times'].get('products + floor'))} ms, {_x(own.get('floor_over_products'))} the "
                   "products': no fusion of the element-wise work around these products can bring the step below "
-                  "that.", ""]
+                  "that."]
+        parts = own.get("step_parts")
+        if parts:
+            lines += ["", f"Inside the step (medians of {parts['rounds']} steps timed in the same loop, each part "
+                      f"around itself): its products {1e3 * parts['products_s']:.1f} ms, the fused kernel's calls "
+                      f"{1e3 * parts['kernel_s']:.1f} ms; the rest of the step's median {1e3 * parts['rest_s']:.1f} "
+                      "ms (the optimizer, the loss, the stem and head, norms and sums outside the kernel, autograd)."]
+        lines.append("")
     if "s" in s:
         lines += ["## (s) Stacked training against sequential runs", "",
                   f"One call = one training step of each of K members (batch {s['s']['rows'][0]['batch']} each): "

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 import torch
 
-from .common import SWEEP_CASES, BenchError, Settings, machine, threads
+from .common import SWEEP_CASES, BenchError, Settings, machine, retain_freed_memory, threads
 
 SECTIONS = "abcdefghnsw"
 MODES = {"smoke": dict(warmup=0, repeats=2), "quick": dict(warmup=1, repeats=3), "full": dict(warmup=2, repeats=7)}
@@ -90,6 +90,8 @@ def run(settings: Settings, sections: str, log=print) -> dict:
     from . import engine, gpu, layers, mixers, narrow, report, sparse, stack, sweep
 
     started = time.time()
+    if settings.device == "cpu":
+        retain_freed_memory()
     with threads(settings.threads):
         result = {"schema": "pkmixer-bench/1", "settings": settings.__dict__ | {"sections": sections},
                   "machine": machine(settings),
