@@ -286,9 +286,11 @@ static int forward_rows(const float* x, const float* z, const float* bias, ptrdi
             const vec_t tb = splat(period ? bias[tok.token] : 0.0f);
             vec_t s = splat(0.0f);
             for (ptrdiff_t k = 0; k < nv; k += FORWARD_LANES)
-                if (k + FORWARD_LANES <= nv) s = residual_gelu(x + r * n, z + r * n, cb, tb, &row, k, FORWARD_LANES, yv[i], y + r * n, s);
+                if (k + FORWARD_LANES <= nv)
+                    s = residual_gelu(x + r * n, z + r * n, cb, tb, &row, k, FORWARD_LANES, yv[i], y + r * n, s);
                 else
-                    for (ptrdiff_t l = k; l < nv; ++l) s = residual_gelu(x + r * n, z + r * n, cb, tb, &row, l, 1, yv[i], y + r * n, s);
+                    for (ptrdiff_t l = k; l < nv; ++l)
+                        s = residual_gelu(x + r * n, z + r * n, cb, tb, &row, l, 1, yv[i], y + r * n, s);
             sums[i] = s;
         }
         for (int i = 0; i < g; ++i) m[i] = total(sums[i]) / (float)n;
@@ -312,13 +314,14 @@ static int forward_rows(const float* x, const float* z, const float* bias, ptrdi
 }
 
 /* Vectors k .. k + count - 1 of a row in lockstep (gy, z, gx and gz at the row's start; gy may be NULL): the
- * LayerNorm's input gradient from the x-hat gradient g, x-hat h and the row's means c1, c2 of g and g h, plus gy, into
- * gx; times gelu'(z + cb + tb) into gz and the bias sums bb; returns the row's running sum sr plus their new channels. */
-static inline __attribute__((always_inline)) vec_t residual_gelu_grad(const float* gy, const float* z, const vec_t* cb,
-                                                                      vec_t tb, const vec_t* g, const vec_t* h,
-                                                                      float c1, float c2, float rs, const row_t* row,
-                                                                      ptrdiff_t k, const int count, float* gx,
-                                                                      float* gz, vec_t* bb, vec_t sr) {
+ * LayerNorm's input gradient from the x-hat gradient g, x-hat h and the row's means c1, c2 of g and g h, plus gy,
+ * into gx; times gelu'(z + cb + tb) into gz and the bias sums bb; returns the row's running sum sr plus their new
+ * channels. */
+static inline __attribute__((always_inline)) vec_t residual_gelu_grad(const float* gy, const float* z,
+                                                                      const vec_t* cb, vec_t tb, const vec_t* g,
+                                                                      const vec_t* h, float c1, float c2, float rs,
+                                                                      const row_t* row, ptrdiff_t k, const int count,
+                                                                      float* gx, float* gz, vec_t* bb, vec_t sr) {
     vec_t gk[LOCKSTEP], v[LOCKSTEP];
     for (int j = 0; j < count; ++j) {
         gk[j] = ((g[k + j] - c1) - h[k + j] * c2) * rs;
@@ -377,8 +380,8 @@ static int backward_rows(const float* gy, const float* gu, const float* y, const
             for (ptrdiff_t k = 0; k < nv; k += BACKWARD_LANES) {
                 const ptrdiff_t o = r * n;
                 if (k + BACKWARD_LANES <= nv)
-                    sr = residual_gelu_grad(gy ? gy + o : NULL, z + o, cb, tb, g, h, c1, c2, rs, &row, k, BACKWARD_LANES,
-                                            gx + o, gz + o, bb, sr);
+                    sr = residual_gelu_grad(gy ? gy + o : NULL, z + o, cb, tb, g, h, c1, c2, rs, &row, k,
+                                            BACKWARD_LANES, gx + o, gz + o, bb, sr);
                 else
                     for (ptrdiff_t l = k; l < nv; ++l)
                         sr = residual_gelu_grad(gy ? gy + o : NULL, z + o, cb, tb, g, h, c1, c2, rs, &row, l, 1, gx + o,
