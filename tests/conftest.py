@@ -23,6 +23,45 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+def build_kernel_at(tmp_path, name: str, flags: list[str]):
+    """pkmixer's C kernel ``<name>.c`` built with the loader's base flags and ``flags`` (an x86-64 level, a
+    ``-DVEC``), loaded with ctypes; the test skips off x86-64 or without a C compiler (cc)."""
+    import ctypes
+    import platform
+    import shutil
+    import subprocess
+
+    from pkmixer import kernels
+
+    if platform.machine() != "x86_64":
+        pytest.skip("x86-64 levels only")
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("needs a C compiler (cc)")
+    source = os.path.join(os.path.dirname(kernels.__file__), f"{name}.c")
+    lib = tmp_path / f"{name}-{len(list(tmp_path.glob(name + '-*.so')))}.so"
+    subprocess.run([cc, *kernels._BASE_FLAGS, *flags, source, "-o", str(lib), "-lm"], check=True)
+    return ctypes.CDLL(str(lib))
+
+
+def assert_one_node_traced_scripted_exported(model: torch.nn.Module, x: torch.Tensor, op: str) -> None:
+    """torch.fx, TorchScript and torch.export keep pkmixer's function ``op`` as one node (the operator
+    ``pkmixer.<op>``), and compute exactly what the eager ``model`` does on ``x``."""
+    import warnings
+
+    graph = torch.fx.symbolic_trace(model)
+    assert [n.target.__name__ for n in graph.graph.nodes if n.op == "call_function"] == [op]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        scripted = torch.jit.script(model)
+    exported = torch.export.export(model.eval(), (x,)).module()
+    assert f"pkmixer.{op}" in str(exported.graph)
+    with torch.no_grad():
+        want = model(x)
+        for other in (graph, scripted, exported):
+            assert torch.equal(other(x), want)
+
+
 def perturb_(model: torch.nn.Module, scale: float = 0.1) -> torch.nn.Module:
     """Move every parameter off its initial value (zero biases, unit LayerNorm, zero head) so that every
     term of the forward pass matters in a comparison."""

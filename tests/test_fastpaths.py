@@ -27,7 +27,7 @@ from pkmixer.layers.sparse import MaskedLinear, SparseLinear, sample_bernoulli_m
 from pkmixer.layers.structured import KroneckerLinear
 from pkmixer.models.convert import to_timm
 
-from conftest import perturb_, rel_err
+from conftest import assert_one_node_traced_scripted_exported, build_kernel_at, perturb_, rel_err
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 F64 = torch.float64
@@ -413,8 +413,8 @@ def test_benchmark_smoke_run_writes_its_json(tmp_path, sections):
         assert own["products"] > 0 and own["step_over_products"] > 0
         parts = own["step_parts"]  # the kernel runs where the model is fused, else its calls take no time
         assert parts["products_s"] > 0 and (parts["kernel_s"] > 0) == own["fused"]
-        step_s = own["times"]["step"]["median_s"]
-        assert parts["products_s"] + parts["kernel_s"] + parts["rest_s"] == pytest.approx(step_s)
+        timed_s = own["times"]["step, parts timed"]["median_s"]  # each part is timed inside these steps
+        assert parts["products_s"] + parts["kernel_s"] < timed_s
     if "w" in sections:
         rows = result["sections"]["w"]["rows"]  # the compiled cases are for the GPU
         assert [(w["case"], w["stack_sizes"]) for w in rows] == [("eager", [1]), ("stacked", [2])]
@@ -584,21 +584,9 @@ def test_narrow_layer_norm_backward_after_a_thread_change_and_second_derivatives
 def test_narrow_layer_norm_is_one_node_when_traced_scripted_and_exported(one_thread):
     """torch.fx, TorchScript and torch.export keep the kernel (one node or operator), so that they compute
     exactly what the eager module does."""
-    import warnings
-
     _kernel_or_skip()
-    model = torch.nn.Sequential(_norm_pair(8)[0])
-    x = torch.randn(4, 10, 8)
-    graph = torch.fx.symbolic_trace(model)
-    assert [n.target.__name__ for n in graph.graph.nodes if n.op == "call_function"] == ["narrow_layer_norm"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        scripted = torch.jit.script(model)
-    exported = torch.export.export(model.eval(), (x,)).module()
-    assert "pkmixer.narrow_layer_norm" in str(exported.graph)
-    with torch.no_grad():
-        for other in (graph, scripted, exported):
-            assert torch.equal(other(x), model(x))
+    assert_one_node_traced_scripted_exported(torch.nn.Sequential(_norm_pair(8)[0]), torch.randn(4, 10, 8),
+                                             "narrow_layer_norm")
 
 
 def test_a_narrow_mixer_traces_scripts_exports_and_stacks(one_thread):
@@ -646,22 +634,12 @@ def test_layer_norm_kernel_is_bit_identical_across_x86_levels(tmp_path):
     """The kernel built for the baseline x86-64, for x86-64-v3 and for this machine's level gives the same bits
     (fixed summation order, no fused multiply-adds)."""
     import ctypes
-    import platform
-    import shutil
 
     from pkmixer import kernels
 
-    if platform.machine() != "x86_64":
-        pytest.skip("x86-64 levels only")
-    cc = shutil.which("cc")
-    if cc is None:
-        pytest.skip("needs a C compiler (cc)")
-    source = os.path.join(os.path.dirname(kernels.__file__), "layer_norm.c")
     outputs = []
     for level in ([], ["-march=x86-64-v3"], list(kernels._flags()[len(kernels._BASE_FLAGS):])):
-        lib = tmp_path / f"ln{len(outputs)}.so"
-        subprocess.run([cc, *kernels._BASE_FLAGS, *level, source, "-o", str(lib), "-lm"], check=True)
-        so = ctypes.CDLL(str(lib))
+        so = build_kernel_at(tmp_path, "layer_norm", level)
         so.pkmixer_layer_norm_forward.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_ssize_t] * 2 + [ctypes.c_float]
         so.pkmixer_layer_norm_backward.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_ssize_t] * 2 + [ctypes.c_float]
         found = []

@@ -8,10 +8,7 @@ for bit against the eager ones here with tests/test_timm_conventions.py's checks
 tests/test_fastpaths.py.
 Correctness only: nothing here is timed."""
 import ctypes
-import os
 import platform
-import shutil
-import subprocess
 import warnings
 
 import pytest
@@ -20,7 +17,7 @@ import torch
 import pkmixer
 from pkmixer.layers import fused
 
-from conftest import perturb_
+from conftest import build_kernel_at, perturb_
 
 
 def _kernel_or_skip():
@@ -211,18 +208,10 @@ def test_kernel_is_bit_identical_across_x86_levels(tmp_path):
     in another order: their element-wise output y is the same bits and the rest within float rounding."""
     from pkmixer import kernels
 
-    if platform.machine() != "x86_64":
-        pytest.skip("x86-64 levels only")
-    cc = shutil.which("cc")
-    if cc is None:
-        pytest.skip("needs a C compiler (cc)")
-    source = os.path.join(os.path.dirname(kernels.__file__), "residual_gelu_norm.c")
     native = list(kernels._flags()[len(kernels._BASE_FLAGS):])
     outputs = []
     for level in ([], ["-march=x86-64-v3"], native, ["-march=x86-64-v3", "-DVEC=16"]):
-        lib = tmp_path / f"rgn{len(outputs)}.so"
-        subprocess.run([cc, *kernels._BASE_FLAGS, *level, source, "-o", str(lib), "-lm"], check=True)
-        so = ctypes.CDLL(str(lib))
+        so = build_kernel_at(tmp_path, "residual_gelu_norm", level)
         ptr, size = ctypes.c_void_p, ctypes.c_ssize_t
         so.pkmixer_residual_gelu_norm_forward.argtypes = [ptr] * 3 + [size] * 2 + [ptr] * 6 + [size, size,
                                                                                                ctypes.c_float]

@@ -2,11 +2,6 @@
 values and gradients, the fallbacks, its traced, scripted, exported and compiled forms, and its builds at two
 x86-64 levels and two vector widths against each other. Correctness only: nothing here is timed."""
 import ctypes
-import os
-import platform
-import shutil
-import subprocess
-import warnings
 
 import pytest
 import torch
@@ -14,6 +9,8 @@ import torch.nn.functional as F
 
 from pkmixer.layers import narrow_linear as nl
 from pkmixer.layers.mlp import FcAct
+
+from conftest import assert_one_node_traced_scripted_exported, build_kernel_at
 
 
 def _kernel_or_skip() -> None:
@@ -124,19 +121,7 @@ def test_one_node_when_traced_scripted_and_exported(one_thread):
     """torch.fx, TorchScript and torch.export keep the kernel (one node or operator), so that they compute
     exactly what the eager module does."""
     _kernel_or_skip()
-    model = _Product()
-    x = torch.randn(4, 10, 8)
-    graph = torch.fx.symbolic_trace(model)
-    assert [n.target.__name__ for n in graph.graph.nodes if n.op == "call_function"] == ["narrow_linear"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        scripted = torch.jit.script(model)
-    exported = torch.export.export(model.eval(), (x,)).module()
-    assert "pkmixer.narrow_linear" in str(exported.graph)
-    with torch.no_grad():
-        want = model(x)
-        for other in (graph, scripted, exported):
-            assert torch.equal(other(x), want)
+    assert_one_node_traced_scripted_exported(_Product(), torch.randn(4, 10, 8), "narrow_linear")
 
 
 @pytest.mark.slow  # torch.compile builds C++ (about 20 s)
@@ -157,24 +142,10 @@ def test_kernel_is_bit_identical_across_x86_levels_and_vector_widths(tmp_path):
     """Builds for the baseline x86-64 and for x86-64-v3 give the same bits; a v3 build with AVX-512's 16-float
     vectors (-DVEC=16) gives y and the input gradient bit for bit (each a fixed sum over n terms) and the weight
     gradient, summed over rows by lane, within float rounding."""
-    if platform.machine() != "x86_64":
-        pytest.skip("x86-64 levels only")
-    cc = shutil.which("cc")
-    if cc is None:
-        pytest.skip("needs a C compiler (cc)")
-    from pkmixer import kernels
-
-    source = os.path.join(os.path.dirname(kernels.__file__), "narrow_linear.c")
-    base = list(kernels._BASE_FLAGS)
     builds = {"baseline": ["-march=x86-64"], "v3": ["-march=x86-64-v3"], "v3-vec16": ["-march=x86-64-v3", "-DVEC=16"]}
-    if "avx2" not in open("/proc/cpuinfo").read():
-        pytest.skip("the v3 builds need an AVX2 machine")
-    torch.manual_seed(0)
     results = {}
     for name, flags in builds.items():
-        lib_path = tmp_path / f"{name}.so"
-        subprocess.run([cc, *base, *flags, source, "-o", str(lib_path)], check=True, capture_output=True)
-        lib = ctypes.CDLL(str(lib_path))
+        lib = build_kernel_at(tmp_path, "narrow_linear", flags)
         out = []
         for n, rows in ((4, 1001), (8, 517)):
             g = torch.Generator().manual_seed(n)
