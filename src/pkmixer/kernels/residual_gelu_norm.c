@@ -70,27 +70,45 @@ static inline __attribute__((always_inline)) vec_t select(ivec_t mask, vec_t a, 
     return (vec_t)((mask & (ivec_t)a) | (~mask & (ivec_t)b));
 }
 
-/* max(lo, x) then min(hi, x), as x < lo ? lo : x and x > hi ? hi : x (a NaN stays NaN, -0 stays -0): one instruction
- * each where the vector is one AVX or AVX-512 register, whose max and min are these selects. */
-static inline __attribute__((always_inline)) vec_t clamp(vec_t x, float lo, float hi) {
+/* x < lo ? lo : x, and x > hi ? hi : x (a NaN stays NaN, -0 stays -0): one instruction each where the vector is one
+ * AVX or AVX-512 register, whose max and min are these selects. */
+static inline __attribute__((always_inline)) vec_t at_least(vec_t x, float lo) {
 #if VEC == 16 && defined(__AVX512F__)
-    x = (vec_t)_mm512_max_ps((__m512)splat(lo), (__m512)x);
+    return (vec_t)_mm512_max_ps((__m512)splat(lo), (__m512)x);
+#elif VEC == 8 && defined(__AVX__)
+    return (vec_t)_mm256_max_ps((__m256)splat(lo), (__m256)x);
+#else
+    return select(x < splat(lo), splat(lo), x);
+#endif
+}
+
+static inline __attribute__((always_inline)) vec_t at_most(vec_t x, float hi) {
+#if VEC == 16 && defined(__AVX512F__)
     return (vec_t)_mm512_min_ps((__m512)splat(hi), (__m512)x);
 #elif VEC == 8 && defined(__AVX__)
-    x = (vec_t)_mm256_max_ps((__m256)splat(lo), (__m256)x);
     return (vec_t)_mm256_min_ps((__m256)splat(hi), (__m256)x);
 #else
-    x = select(x < splat(lo), splat(lo), x);
     return select(x > splat(hi), splat(hi), x);
 #endif
 }
 
+static inline __attribute__((always_inline)) vec_t clamp(vec_t x, float lo, float hi) {
+    return at_most(at_least(x, lo), hi);
+}
+
 /* a b + c, rounded once (IEEE fused multiply-add: the same bits whether the machine has the instruction or the
- * library computes it). */
+ * library computes it). The instruction is named where the vector is one register with it, as the compiler does not
+ * always turn the loop over lanes into it in long inlined code. */
 static inline __attribute__((always_inline)) vec_t fma_(vec_t a, vec_t b, float c) {
+#if VEC == 16 && defined(__AVX512F__)
+    return (vec_t)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)splat(c));
+#elif VEC == 8 && defined(__FMA__)
+    return (vec_t)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)splat(c));
+#else
     vec_t r;
     for (int k = 0; k < VEC; ++k) r[k] = fmaf(a[k], b[k], c);
     return r;
+#endif
 }
 
 /* The element-wise functions below work on `count` vectors in lockstep, each step for all of them before the next,
@@ -119,12 +137,12 @@ static inline __attribute__((always_inline)) void verf(vec_t* x, const int count
     for (int j = 0; j < count; ++j) x[j] = x[j] * p[j] / q[j];
 }
 
-/* exp(x) for x <= 0 (x below -87 is taken as -87, whose exp is below 2^-125): x = k ln 2 + r, |r| <= ln 2 / 2,
- * exp(r) by Cephes's expf polynomial. */
+/* exp(x) for x <= 0, which the caller ensures (x below -87 is taken as -87, whose exp is below 2^-125): x = k ln 2 + r,
+ * |r| <= ln 2 / 2, exp(r) by Cephes's expf polynomial. */
 static inline __attribute__((always_inline)) void vexp_nonpositive(vec_t* x, const int count) {
     const vec_t magic = splat(12582912.0f); /* 1.5 * 2^23: adding and subtracting it rounds to an integer */
     vec_t n[LOCKSTEP], r[LOCKSTEP], p[LOCKSTEP];
-    for (int j = 0; j < count; ++j) x[j] = clamp(x[j], -87.0f, 0.0f);
+    for (int j = 0; j < count; ++j) x[j] = at_least(x[j], -87.0f);
     for (int j = 0; j < count; ++j) n[j] = (x[j] * 1.44269504088896341f + magic) - magic;
     for (int j = 0; j < count; ++j) r[j] = (x[j] - n[j] * 0.693359375f) - n[j] * -2.12194440e-4f;
     for (int j = 0; j < count; ++j) p[j] = fma_(r[j], splat(1.9875691500e-4f), 1.3981999507e-3f);
@@ -142,21 +160,22 @@ static inline __attribute__((always_inline)) void vexp_nonpositive(vec_t* x, con
 #define SQRT_HALF 0.70710678118654752f
 #define INV_SQRT_2PI 0.39894228040143268f
 
-/* v <- gelu(v) = v Phi(v). */
+/* v <- gelu(v) = v Phi(v), Phi(v) = (erf(v / sqrt 2) + 1) / 2 as one fused multiply-add e / 2 + 1 / 2 (the same bits
+ * as halving the rounded sum: scaling by 2^-1 commutes with rounding where nothing underflows). */
 static inline __attribute__((always_inline)) void gelu(vec_t* v, const int count) {
     vec_t e[LOCKSTEP];
     for (int j = 0; j < count; ++j) e[j] = v[j] * SQRT_HALF;
     verf(e, count);
-    for (int j = 0; j < count; ++j) v[j] = v[j] * (0.5f * (e[j] + 1.0f));
+    for (int j = 0; j < count; ++j) v[j] = v[j] * fma_(e[j], splat(0.5f), 0.5f);
 }
 
-/* v <- gelu'(v) = Phi(v) + v phi(v). */
+/* v <- gelu'(v) = Phi(v) + v phi(v) (Phi as in gelu; phi's exponent -v^2 / 2 is never positive). */
 static inline __attribute__((always_inline)) void gelu_grad(vec_t* v, const int count) {
     vec_t e[LOCKSTEP], q[LOCKSTEP];
     for (int j = 0; j < count; ++j) e[j] = v[j] * SQRT_HALF, q[j] = -0.5f * (v[j] * v[j]);
     verf(e, count);
     vexp_nonpositive(q, count);
-    for (int j = 0; j < count; ++j) v[j] = 0.5f * (e[j] + 1.0f) + v[j] * (INV_SQRT_2PI * q[j]);
+    for (int j = 0; j < count; ++j) v[j] = fma_(e[j], splat(0.5f), 0.5f) + v[j] * (INV_SQRT_2PI * q[j]);
 }
 
 /* The sum of a vector's lanes, pairwise (halving the vector until one lane is left). */
@@ -208,6 +227,16 @@ typedef struct {
     vec_t new[MAX_VECS];
 } row_t;
 
+/* The offset of vector k and the vector with its new channels (v times new[k]): k VEC and v itself where the row is
+ * whole vectors (`whole`, n a multiple of VEC, a constant where inlined: multiplying by 1 changes no bit). */
+static inline __attribute__((always_inline)) ptrdiff_t at(const row_t* row, ptrdiff_t k, const int whole) {
+    return whole ? k * VEC : row->at[k];
+}
+
+static inline __attribute__((always_inline)) vec_t fresh(vec_t v, const row_t* row, ptrdiff_t k, const int whole) {
+    return whole ? v : v * row->new[k];
+}
+
 static void row_layout(row_t* row, ptrdiff_t n) {
     row->nv = (n + VEC - 1) / VEC;
     for (ptrdiff_t k = 0; k < row->nv; ++k) {
@@ -249,30 +278,32 @@ static void add_by_channel(double* total_, const vec_t* sums, const row_t* row) 
  * the row's registers yv and memory; returns the row's running sum s plus their new channels. */
 static inline __attribute__((always_inline)) vec_t residual_gelu(const float* x, const float* z, const vec_t* cb,
                                                                  vec_t tb, const row_t* row, ptrdiff_t k,
-                                                                 const int count, vec_t* yv, float* y, vec_t s) {
+                                                                 const int count, const int whole, vec_t* yv, float* y,
+                                                                 vec_t s) {
     vec_t v[LOCKSTEP];
-    for (int j = 0; j < count; ++j) v[j] = loadv(z + row->at[k + j]) + (cb[k + j] + tb);
+    for (int j = 0; j < count; ++j) v[j] = loadv(z + at(row, k + j, whole)) + (cb[k + j] + tb);
     gelu(v, count);
     for (int j = 0; j < count; ++j) {
-        yv[k + j] = loadv(x + row->at[k + j]) + v[j];
-        s += yv[k + j] * row->new[k + j];
-        storev(y + row->at[k + j], yv[k + j]);
+        yv[k + j] = loadv(x + at(row, k + j, whole)) + v[j];
+        s += fresh(yv[k + j], row, k + j, whole);
+        storev(y + at(row, k + j, whole), yv[k + j]);
     }
     return s;
 }
 
-static int forward_rows(const float* x, const float* z, const float* bias, ptrdiff_t period, ptrdiff_t repeat,
-                        const float* weight, const float* beta, float* y, float* u, float* mean, float* rstd,
-                        ptrdiff_t rows, ptrdiff_t n, float eps) {
-    if (n < VEC || n > MAX_VECS * VEC) return 1;
-    row_t row;
-    row_layout(&row, n);
-    const ptrdiff_t nv = row.nv;
+/* forward_rows for a row layout and whether it is whole vectors (a constant where inlined). */
+static inline __attribute__((always_inline)) void forward_rows_of(const float* x, const float* z, const float* bias,
+                                                                  ptrdiff_t period, ptrdiff_t repeat,
+                                                                  const float* weight, const float* beta, float* y,
+                                                                  float* u, float* mean, float* rstd, ptrdiff_t rows,
+                                                                  ptrdiff_t n, float eps, const row_t* row,
+                                                                  const int whole) {
+    const ptrdiff_t nv = row->nv;
     vec_t w[MAX_VECS], be[MAX_VECS], cb[MAX_VECS], yv[GROUP][MAX_VECS];
     for (ptrdiff_t k = 0; k < nv; ++k) {
-        w[k] = loadv(weight + row.at[k]);
-        be[k] = loadv(beta + row.at[k]);
-        cb[k] = period ? splat(0.0f) : loadv(bias + row.at[k]);
+        w[k] = loadv(weight + row->at[k]);
+        be[k] = loadv(beta + row->at[k]);
+        cb[k] = period ? splat(0.0f) : loadv(bias + row->at[k]);
     }
     tokens_t tok = tokens_from_start(period, repeat);
     for (ptrdiff_t r0 = 0; r0 < rows; r0 += GROUP) {
@@ -287,17 +318,18 @@ static int forward_rows(const float* x, const float* z, const float* bias, ptrdi
             vec_t s = splat(0.0f);
             for (ptrdiff_t k = 0; k < nv; k += FORWARD_LANES)
                 if (k + FORWARD_LANES <= nv)
-                    s = residual_gelu(x + r * n, z + r * n, cb, tb, &row, k, FORWARD_LANES, yv[i], y + r * n, s);
+                    s = residual_gelu(x + r * n, z + r * n, cb, tb, row, k, FORWARD_LANES, whole, yv[i], y + r * n,
+                                      s);
                 else
                     for (ptrdiff_t l = k; l < nv; ++l)
-                        s = residual_gelu(x + r * n, z + r * n, cb, tb, &row, l, 1, yv[i], y + r * n, s);
+                        s = residual_gelu(x + r * n, z + r * n, cb, tb, row, l, 1, whole, yv[i], y + r * n, s);
             sums[i] = s;
         }
         for (int i = 0; i < g; ++i) m[i] = total(sums[i]) / (float)n;
         for (int i = 0; i < g; ++i) {
             vec_t v = splat(0.0f);
             for (ptrdiff_t k = 0; k < nv; ++k) {
-                const vec_t d = (yv[i][k] - m[i]) * row.new[k];
+                const vec_t d = fresh(yv[i][k] - m[i], row, k, whole);
                 v += d * d;
             }
             sums[i] = v;
@@ -305,54 +337,68 @@ static int forward_rows(const float* x, const float* z, const float* bias, ptrdi
         for (int i = 0; i < g; ++i) rs[i] = 1.0f / sqrtf(total(sums[i]) / (float)n + eps);
         for (int i = 0; i < g; ++i) {
             const ptrdiff_t r = r0 + i;
-            for (ptrdiff_t k = 0; k < nv; ++k) storev(u + r * n + row.at[k], (yv[i][k] - m[i]) * rs[i] * w[k] + be[k]);
+            for (ptrdiff_t k = 0; k < nv; ++k)
+                storev(u + r * n + at(row, k, whole), (yv[i][k] - m[i]) * rs[i] * w[k] + be[k]);
             if (mean) mean[r] = m[i];
             if (rstd) rstd[r] = rs[i];
         }
     }
+}
+
+static int forward_rows(const float* x, const float* z, const float* bias, ptrdiff_t period, ptrdiff_t repeat,
+                        const float* weight, const float* beta, float* y, float* u, float* mean, float* rstd,
+                        ptrdiff_t rows, ptrdiff_t n, float eps) {
+    if (n < VEC || n > MAX_VECS * VEC) return 1;
+    row_t row;
+    row_layout(&row, n);
+    if (n % VEC == 0)
+        forward_rows_of(x, z, bias, period, repeat, weight, beta, y, u, mean, rstd, rows, n, eps, &row, 1);
+    else
+        forward_rows_of(x, z, bias, period, repeat, weight, beta, y, u, mean, rstd, rows, n, eps, &row, 0);
     return 0;
 }
 
 /* Vectors k .. k + count - 1 of a row in lockstep (gy, z, gx and gz at the row's start; gy may be NULL): the
  * LayerNorm's input gradient from the x-hat gradient g, x-hat h and the row's means c1, c2 of g and g h, plus gy,
- * into gx; times gelu'(z + cb + tb) into gz and the bias sums bb; returns the row's running sum sr plus their new
- * channels. */
+ * into gx; times gelu'(z + cb + tb) into gz and, for a channel bias, its sums bb; returns, for a token bias (`token`),
+ * the row's running sum sr plus their new channels (sr itself for a channel bias). */
 static inline __attribute__((always_inline)) vec_t residual_gelu_grad(const float* gy, const float* z,
                                                                       const vec_t* cb, vec_t tb, const vec_t* g,
                                                                       const vec_t* h, float c1, float c2, float rs,
                                                                       const row_t* row, ptrdiff_t k, const int count,
-                                                                      float* gx, float* gz, vec_t* bb, vec_t sr) {
+                                                                      const int whole, const int token, float* gx,
+                                                                      float* gz, vec_t* bb, vec_t sr) {
     vec_t gk[LOCKSTEP], v[LOCKSTEP];
     for (int j = 0; j < count; ++j) {
         gk[j] = ((g[k + j] - c1) - h[k + j] * c2) * rs;
-        if (gy) gk[j] = loadv(gy + row->at[k + j]) + gk[j];
-        storev(gx + row->at[k + j], gk[j]);
-        v[j] = loadv(z + row->at[k + j]) + (cb[k + j] + tb);
+        if (gy) gk[j] = loadv(gy + at(row, k + j, whole)) + gk[j];
+        storev(gx + at(row, k + j, whole), gk[j]);
+        v[j] = loadv(z + at(row, k + j, whole)) + (cb[k + j] + tb);
     }
     gelu_grad(v, count);
     for (int j = 0; j < count; ++j) {
         const vec_t t = gk[j] * v[j];
-        storev(gz + row->at[k + j], t);
-        sr += t * row->new[k + j];
-        bb[k + j] += t;
+        storev(gz + at(row, k + j, whole), t);
+        if (token)
+            sr += fresh(t, row, k + j, whole);
+        else
+            bb[k + j] += t;
     }
     return sr;
 }
 
-static int backward_rows(const float* gy, const float* gu, const float* y, const float* mean, const float* rstd,
-                         const float* weight, const float* z, const float* bias, ptrdiff_t period, ptrdiff_t repeat,
-                         float* gx, float* gz, float* gweight, float* gbeta, float* gbias, ptrdiff_t rows,
-                         ptrdiff_t n) {
-    if (n < VEC || n > MAX_VECS * VEC || period > MAX_VECS * VEC) return 1;
-    row_t row;
-    row_layout(&row, n);
-    const ptrdiff_t nv = row.nv;
+/* backward_rows for a row layout, whether it is whole vectors and the bias kind (constants where inlined). */
+static inline __attribute__((always_inline)) void backward_rows_of(
+    const float* gy, const float* gu, const float* y, const float* mean, const float* rstd, const float* weight,
+    const float* z, const float* bias, ptrdiff_t period, ptrdiff_t repeat, float* gx, float* gz, float* gweight,
+    float* gbeta, float* gbias, ptrdiff_t rows, ptrdiff_t n, const row_t* row, const int whole, const int token) {
+    const ptrdiff_t nv = row->nv;
     vec_t w[MAX_VECS], cb[MAX_VECS], g[MAX_VECS], h[MAX_VECS];
     vec_t bw[MAX_VECS], bbe[MAX_VECS], bb[MAX_VECS]; /* this block's sums */
     double accw[MAX_VECS * VEC] = {0}, accbe[MAX_VECS * VEC] = {0}, accb[MAX_VECS * VEC] = {0};
     for (ptrdiff_t k = 0; k < nv; ++k) {
-        w[k] = loadv(weight + row.at[k]);
-        cb[k] = period ? splat(0.0f) : loadv(bias + row.at[k]);
+        w[k] = loadv(weight + row->at[k]);
+        cb[k] = token ? splat(0.0f) : loadv(bias + row->at[k]);
     }
     tokens_t tok = tokens_from_start(period, repeat);
     for (ptrdiff_t start = 0; start < rows; start += BLOCK) {
@@ -366,38 +412,59 @@ static int backward_rows(const float* gy, const float* gu, const float* y, const
             const float m = mean[r], rs = rstd[r];
             vec_t s1 = splat(0.0f), s2 = splat(0.0f);
             for (ptrdiff_t k = 0; k < nv; ++k) {
-                const vec_t gk = loadv(gu + r * n + row.at[k]);
-                h[k] = (loadv(y + r * n + row.at[k]) - m) * rs; /* x-hat */
+                const vec_t gk = loadv(gu + r * n + at(row, k, whole));
+                h[k] = (loadv(y + r * n + at(row, k, whole)) - m) * rs; /* x-hat */
                 bw[k] += gk * h[k];
                 bbe[k] += gk;
                 g[k] = gk * w[k]; /* gradient of x-hat */
-                s1 += g[k] * row.new[k];
-                s2 += g[k] * h[k] * row.new[k];
+                s1 += fresh(g[k], row, k, whole);
+                s2 += fresh(g[k] * h[k], row, k, whole);
             }
             const float c1 = total(s1) / (float)n, c2 = total(s2) / (float)n;
-            const vec_t tb = splat(period ? bias[tok.token] : 0.0f);
+            const vec_t tb = splat(token ? bias[tok.token] : 0.0f);
             vec_t sr = splat(0.0f);
             for (ptrdiff_t k = 0; k < nv; k += BACKWARD_LANES) {
                 const ptrdiff_t o = r * n;
                 if (k + BACKWARD_LANES <= nv)
-                    sr = residual_gelu_grad(gy ? gy + o : NULL, z + o, cb, tb, g, h, c1, c2, rs, &row, k,
-                                            BACKWARD_LANES, gx + o, gz + o, bb, sr);
+                    sr = residual_gelu_grad(gy ? gy + o : NULL, z + o, cb, tb, g, h, c1, c2, rs, row, k,
+                                            BACKWARD_LANES, whole, token, gx + o, gz + o, bb, sr);
                 else
                     for (ptrdiff_t l = k; l < nv; ++l)
-                        sr = residual_gelu_grad(gy ? gy + o : NULL, z + o, cb, tb, g, h, c1, c2, rs, &row, l, 1, gx + o,
-                                                gz + o, bb, sr);
+                        sr = residual_gelu_grad(gy ? gy + o : NULL, z + o, cb, tb, g, h, c1, c2, rs, row, l, 1, whole,
+                                                token, gx + o, gz + o, bb, sr);
             }
-            if (period) accb[tok.token] += total(sr);
+            if (token) accb[tok.token] += total(sr);
         }
-        add_by_channel(accw, bw, &row);
-        add_by_channel(accbe, bbe, &row);
-        if (!period) add_by_channel(accb, bb, &row);
+        add_by_channel(accw, bw, row);
+        add_by_channel(accbe, bbe, row);
+        if (!token) add_by_channel(accb, bb, row);
     }
     for (ptrdiff_t j = 0; j < n; ++j) {
         gweight[j] = (float)accw[j];
         gbeta[j] = (float)accbe[j];
     }
-    for (ptrdiff_t j = 0; j < (period ? period : n); ++j) gbias[j] = (float)accb[j];
+    for (ptrdiff_t j = 0; j < (token ? period : n); ++j) gbias[j] = (float)accb[j];
+}
+
+static int backward_rows(const float* gy, const float* gu, const float* y, const float* mean, const float* rstd,
+                         const float* weight, const float* z, const float* bias, ptrdiff_t period, ptrdiff_t repeat,
+                         float* gx, float* gz, float* gweight, float* gbeta, float* gbias, ptrdiff_t rows,
+                         ptrdiff_t n) {
+    if (n < VEC || n > MAX_VECS * VEC || period > MAX_VECS * VEC) return 1;
+    row_t row;
+    row_layout(&row, n);
+#define BACKWARD_ROWS(whole, token)                                                                                    \
+    backward_rows_of(gy, gu, y, mean, rstd, weight, z, bias, period, repeat, gx, gz, gweight, gbeta, gbias, rows, n, \
+                     &row, whole, token)
+    if (n % VEC == 0 && period)
+        BACKWARD_ROWS(1, 1);
+    else if (n % VEC == 0)
+        BACKWARD_ROWS(1, 0);
+    else if (period)
+        BACKWARD_ROWS(0, 1);
+    else
+        BACKWARD_ROWS(0, 0);
+#undef BACKWARD_ROWS
     return 0;
 }
 
