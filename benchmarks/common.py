@@ -85,6 +85,14 @@ class Timing:
 def interleaved(cases: dict[str, Callable[[], object]], settings: Settings, *, warmup: int | None = None,
                 repeats: int | None = None) -> dict[str, Timing]:
     """Median time of each case's call, the cases timed round-robin in one loop (module docstring)."""
+    return {name: timing(ts) for name, ts in interleaved_rounds(cases, settings, warmup=warmup,
+                                                                 repeats=repeats).items()}
+
+
+def interleaved_rounds(cases: dict[str, Callable[[], object]], settings: Settings, *, warmup: int | None = None,
+                       repeats: int | None = None) -> dict[str, list[float]]:
+    """Each case's call timed once a round, the cases round-robin in one loop (each round starting one case later):
+    the seconds of every timed round, index r of every list from round r."""
     warmup = settings.warmup if warmup is None else warmup
     repeats = settings.repeats if repeats is None else repeats
     names = list(cases)
@@ -98,11 +106,22 @@ def interleaved(cases: dict[str, Callable[[], object]], settings: Settings, *, w
             settings.sync()
             if r >= warmup:
                 times[name].append(time.perf_counter() - start)
-    out = {}
-    for name, ts in times.items():
-        q = statistics.quantiles(ts, n=4) if len(ts) > 1 else [ts[0]] * 3
-        out[name] = Timing(statistics.median(ts), q[0], q[2], len(ts))
-    return out
+    return times
+
+
+def timing(ts: list[float]) -> Timing:
+    """The median and quartiles of a case's times."""
+    q = statistics.quantiles(ts, n=4) if len(ts) > 1 else [ts[0]] * 3
+    return Timing(statistics.median(ts), q[0], q[2], len(ts))
+
+
+def paired_ratio(numerator: list[float], denominator: list[float]) -> dict:
+    """The ratio of two cases timed in the same rounds, round by round: its median and quartiles over the rounds.
+    Pairing cancels what a round shares (the machine's clock and load while both ran), which a ratio of two medians
+    keeps."""
+    ratios = [ratio(a, b) for a, b in zip(numerator, denominator, strict=True)]
+    return {"median": statistics.median(ratios), **dict(zip(("q1", "q3"), (
+        statistics.quantiles(ratios, n=4)[::2] if len(ratios) > 1 else ratios * 2)))}
 
 
 def sgemm_case(settings: Settings, seconds: float, n: int = 2048) -> tuple[Callable[[], object], float]:

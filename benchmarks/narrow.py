@@ -3,9 +3,11 @@
 Per multiply-add: the fig5/fig6 medium grid (Ω = 2^15, the mirrored pairs (C, S) = (8, 87) ... (87, 8), 4 blocks,
 Fashion-MNIST's 28 px images in patches of 4) and, narrower than it, (4, 126) at the same Ω, S-Mixer and RP
 S-Mixer, one training step (fused AdamW, batch 128) each. A family's six models are timed round-robin in one loop;
-a point's cost is its median step time over its training FLOPs (torch.utils.flop_counter, forward + backward), and
-its ratio is that cost over the square model's (C = S) of the same family. A ratio of 1 means a narrow model pays
-per multiply-add what the square one does. Each model is timed in the same loop beside its peers (:data:`VARIANTS`):
+a point's cost is its step time over its training FLOPs (torch.utils.flop_counter, forward + backward), and its
+ratio is the median over the loop's rounds of that cost over the square model's (C = S, same family) in the same
+round: pairing within a round cancels the clock and load the two shared, which drift between rounds (the ratio of
+the two medians is kept beside it). A ratio of 1 means a narrow model pays per multiply-add what the square one
+does. Each model is timed in the same loop beside its peers (:data:`VARIANTS`):
 a copy whose stem is torch's ``nn.Conv2d`` (the peer of :class:`pkmixer.layers.patch.PatchConv`); a copy that runs
 its sublayers as modules (the peer of the fused sublayers, :mod:`pkmixer.layers.fused`; for a model without them the
 same model, a control of the loop); that copy with every LayerNorm torch's ``nn.LayerNorm`` (the peer of
@@ -22,8 +24,8 @@ backward on each point's (128, S, C) stream, timed round-robin.
 Own products: the small CIFAR S-Mixer (S = C = 64, patch 4 on 32 px, 8 blocks, batch 128). Every dense matrix
 product of one training step (mm, addmm, bmm, baddbmm, forward and backward) is recorded with its operands' shapes
 and strides (``TorchDispatchMode``), and replayed alone on fresh tensors of the same layout; the step's time over
-the replay's, timed in the same loop, is how far the rest of the step (norms, activations, sums, copies, the
-optimizer) takes it from the time its products need. Beside them: the same step with the sublayers run as modules,
+the replay's, timed in the same loop (the median of their ratios round by round), is how far the rest of the step
+(norms, activations, sums, copies, the optimizer) takes it from the time its products need. Beside them: the same step with the sublayers run as modules,
 and the replay followed by the element-wise floor (:func:`element_wise_floor`), the least time any fusion of the
 element-wise work around these products could take. Where the step's time goes (:class:`StepParts`): its products
 as they run inside it and the fused kernel's calls, timed in the same loop, and the rest of the step.
@@ -48,7 +50,8 @@ from pkmixer.layers.pk import PKMixing
 from pkmixer.models.registry import create_model
 from pkmixer.theory.width import symmetric_pairs
 
-from .common import Settings, Timing, image_batch, interleaved, ratio, train_flops, train_step
+from .common import (Settings, Timing, image_batch, interleaved, interleaved_rounds, paired_ratio, ratio, timing,
+                     train_flops, train_step)
 
 FAMILIES = {"S-Mixer": "smixer_t4_28", "RP S-Mixer": "rp_smixer_t4_28"}
 SMALL_CIFAR = "smixer_c64p4_32"
@@ -92,10 +95,13 @@ def section_n(settings: Settings) -> dict:
             for pair, variant in order:
                 model = VARIANTS[variant](models[pair])
                 cases[(pair, variant, copy_)] = train_step(model, image_batch(model, batch, settings), settings)
-        timed = interleaved(cases, settings)
-        t = {key: merged(timed[(*key, 0)], timed[(*key, 1)]) for key in keys}
+        rounds = interleaved_rounds(cases, settings)
+        t = {key: merged(timing(rounds[(*key, 0)]), timing(rounds[(*key, 1)])) for key in keys}
         square = min(pairs, key=lambda p: abs(p[0] - p[1]))
         per_flop = {p: t[(p, "ours")].median_s / flops[p] for p in pairs}
+        # a model's time in each round (the mean of its two copies'), per FLOP
+        per_flop_rounds = {p: [(a + b) / 2 / flops[p] for a, b in zip(rounds[(p, "ours", 0)], rounds[(p, "ours", 1)])]
+                           for p in pairs}
         for (C, S) in pairs:
             ours, conv, plain, norm, gather = (t[((C, S), v)] for v in VARIANTS)
             rows.append({"family": family, "model": name, "omega": omega, "C": C, "S": S, "batch": batch,
@@ -105,10 +111,19 @@ def section_n(settings: Settings) -> dict:
                          "plain_sublayers_time": plain.as_dict(), "fused_speedup": ratio(plain.median_s, ours.median_s),
                          "torch_norm_time": norm.as_dict(), "norm_speedup": ratio(norm.median_s, plain.median_s),
                          "torch_gather_time": gather.as_dict(), "gather_speedup": ratio(gather.median_s, ours.median_s),
-                         "ns_per_flop": 1e9 * per_flop[(C, S)], "per_flop_vs_square": ratio(per_flop[(C, S)],
-                                                                                            per_flop[square])})
+                         "ns_per_flop": 1e9 * per_flop[(C, S)],
+                         **_per_flop_vs_square(per_flop_rounds[(C, S)], per_flop_rounds[square],
+                                               ratio(per_flop[(C, S)], per_flop[square]))})
     return {"rows": rows, "layer_norm": layer_norm_rows(settings, pairs, batch),
             "own_products": own_products(settings)}
+
+
+def _per_flop_vs_square(point: list[float], square: list[float], of_medians: float) -> dict:
+    """A point's cost per FLOP over the square model's: the median over rounds of the two's ratio in each round
+    (``per_flop_vs_square``, with its quartiles), and the ratio of their medians."""
+    paired = paired_ratio(point, square)
+    return {"per_flop_vs_square": paired["median"], "per_flop_vs_square_quartiles": [paired["q1"], paired["q3"]],
+            "per_flop_vs_square_of_medians": of_medians}
 
 
 def merged(a: Timing, b: Timing) -> Timing:
@@ -385,12 +400,16 @@ def own_products(settings: Settings) -> dict:
     products = replay(calls, settings.torch_device)
     floor = element_wise_floor(model, batch, settings.torch_device)
     parts = StepParts(step, settings)
-    t = interleaved({"step": step, "plain sublayers": train_step(with_plain_sublayers(model), data, settings),
-                     "products": products, "products + floor": lambda: (products(), floor()),
-                     "step, parts timed": parts}, settings)
+    rounds = interleaved_rounds({"step": step,
+                                 "plain sublayers": train_step(with_plain_sublayers(model), data, settings),
+                                 "products": products, "products + floor": lambda: (products(), floor()),
+                                 "step, parts timed": parts}, settings)
+    t = {k: timing(v) for k, v in rounds.items()}
+    paired = paired_ratio(rounds["step"], rounds["products"])
     return {"model": SMALL_CIFAR, "depth": depth, "batch": batch, "products": len(calls),
             "fused": model.fuse_sublayers, "times": {k: v.as_dict() for k, v in t.items()},
             "step_parts": parts.summary(t["step"].median_s, settings.warmup),
-            "step_over_products": ratio(t["step"].median_s, t["products"].median_s),
+            "step_over_products": paired["median"], "step_over_products_quartiles": [paired["q1"], paired["q3"]],
+            "step_over_products_of_medians": ratio(t["step"].median_s, t["products"].median_s),
             "plain_over_products": ratio(t["plain sublayers"].median_s, t["products"].median_s),
             "floor_over_products": ratio(t["products + floor"].median_s, t["products"].median_s)}

@@ -8,6 +8,12 @@ def _ms(t: dict | None) -> str:
     return "-" if t is None else f"{t['median_s'] * 1e3:.1f}"
 
 
+def _x_quartiles(row: dict, key: str) -> str:
+    """A paired ratio with its quartiles over the rounds, where the record has them."""
+    q = row.get(f"{key}_quartiles")
+    return _x(row[key]) + (f" [{_x(q[0])}, {_x(q[1])}]" if q else "")
+
+
 def _x(v: float | None) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}×"
 
@@ -261,8 +267,9 @@ def markdown(result: dict) -> str:
         first = n["rows"][0]
         lines += ["## (n) Narrow Mixers against square ones at fixed Ω", "",
                   f"Ω = {first['omega']:,}, batch {first['batch']}, one fused-AdamW training step; a family's models "
-                  "timed round-robin in one loop; per FLOP = median step / training FLOPs (forward + backward); "
-                  "ratio = per FLOP / the square model's of the same family. Steps in ms; beside each, timed in the "
+                  "timed round-robin in one loop; per FLOP = step / training FLOPs (forward + backward); "
+                  "ratio = the median over the loop's rounds of per FLOP / the square model's (same family) in the "
+                  "same round, its quartiles in brackets. Steps in ms; beside each, timed in the "
                   "same loop, the same model with torch's nn.Conv2d as its stem (PatchConv's speedup over it), with "
                   "its sublayers run as modules (fused sublayers' speedup over it; 'not fused': a model without "
                   "the fused path, the same model twice), that with torch's nn.LayerNorm for every "
@@ -270,7 +277,7 @@ def markdown(result: dict) -> str:
                   "operators (the gather kernel's speedup over it; for a model without RP gathers, a control).",
                   ""]
         rows = [[r["family"], f"({r['C']}, {r['S']})", f"{r['train_flops'] / 1e9:.3f}", _ms(r["time"]),
-                 f"{r['ns_per_flop']:.3f}", _x(r["per_flop_vs_square"]), _ms(r["conv_stem_time"]),
+                 f"{r['ns_per_flop']:.3f}", _x_quartiles(r, "per_flop_vs_square"), _ms(r["conv_stem_time"]),
                  _x(r["stem_speedup"]), _ms(r.get("plain_sublayers_time")),
                  _x(r.get("fused_speedup")) if r.get("fused") else "not fused",
                  _ms(r.get("torch_norm_time")), _x(r.get("norm_speedup")), _ms(r.get("torch_gather_time")),
@@ -291,8 +298,8 @@ def markdown(result: dict) -> str:
         lines += ["", f"{own['model']} ({own['depth']} blocks, batch {own['batch']}): training step "
                   f"{_ms(own['times']['step'])} ms (sublayers run as modules: "
                   f"{_ms(own['times'].get('plain sublayers'))} ms), its {own['products']} matrix products replayed "
-                  f"alone {_ms(own['times']['products'])} ms; step / products {_x(own['step_over_products'])} (as "
-                  f"modules {_x(own.get('plain_over_products'))}). The products followed by the element-wise floor "
+                  f"alone {_ms(own['times']['products'])} ms; step / products {_x_quartiles(own, 'step_over_products')} (round "
+                  f"by round; as modules {_x(own.get('plain_over_products'))}). The products followed by the element-wise floor "
                   "(the bytes the fused sublayers read and write, moved by torch's copy and add alone) take "
                   f"{_ms(own['times'].get('products + floor'))} ms, {_x(own.get('floor_over_products'))} the "
                   "products': no fusion of the element-wise work around these products can bring the step below "

@@ -409,8 +409,11 @@ def test_benchmark_smoke_run_writes_its_json(tmp_path, sections):
         n = result["sections"]["n"]
         assert {r["family"] for r in n["rows"]} == {"S-Mixer", "RP S-Mixer"}
         assert [r["per_flop_vs_square"] for r in n["rows"] if r["C"] == r["S"]] == [1.0, 1.0]
+        for r in n["rows"]:  # the paired ratio lies within its quartiles
+            q1, q3 = r["per_flop_vs_square_quartiles"]
+            assert q1 <= r["per_flop_vs_square"] <= q3 and r["per_flop_vs_square_of_medians"] > 0
         own = n["own_products"]
-        assert own["products"] > 0 and own["step_over_products"] > 0
+        assert own["products"] > 0 and own["step_over_products"] > 0 and own["step_over_products_of_medians"] > 0
         parts = own["step_parts"]  # the kernel runs where the model is fused, else its calls take no time
         assert parts["products_s"] > 0 and (parts["kernel_s"] > 0) == own["fused"]
         timed_s = own["times"]["step, parts timed"]["median_s"]  # each part is timed inside these steps
@@ -426,6 +429,27 @@ def test_benchmark_smoke_run_writes_its_json(tmp_path, sections):
     assert (out / "toy.md").read_text().startswith("# pkmixer benchmarks")
     again = ["--mode", "smoke", "--sections", "e", "--out-dir", str(out), "--name", "toy"]
     assert bench.main(again) == 2  # never overwrites
+
+
+def test_paired_ratio_is_the_median_of_round_by_round_ratios():
+    """paired_ratio divides round r's time by round r's: a numerator twice the denominator in every round while the
+    rounds' clock drifts threefold gives 2 exactly, quartiles included; otherwise the median and quartiles of the
+    per-round ratios; the two lists must be of one length. interleaved_rounds times each case once a round."""
+    sys.path.insert(0, ROOT)
+    try:
+        from benchmarks.common import Settings, interleaved_rounds, paired_ratio
+    finally:
+        sys.path.remove(ROOT)
+    clock = [1.0, 3.0, 1.0, 3.0, 3.0]
+    assert paired_ratio([2 * c for c in clock], clock) == {"median": 2.0, "q1": 2.0, "q3": 2.0}
+    assert paired_ratio([3.0, 2.0, 1.0], [1.0, 1.0, 1.0]) == {"median": 2.0, "q1": 1.0, "q3": 3.0}
+    with pytest.raises(ValueError):
+        paired_ratio([1.0, 2.0], [1.0])
+    calls = []
+    settings = Settings(mode="smoke", device="cpu", dtype="float32", threads=1, warmup=1, repeats=3, compile=False)
+    rounds = interleaved_rounds({"x": lambda: calls.append("x"), "y": lambda: calls.append("y")}, settings)
+    assert {k: len(v) for k, v in rounds.items()} == {"x": 3, "y": 3}
+    assert calls == ["x", "y", "y", "x", "x", "y", "y", "x"]  # warm-up included, each round one case later
 
 
 @pytest.mark.parametrize("C, S", [(8, 87), (87, 8)])
