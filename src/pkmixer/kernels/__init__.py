@@ -132,6 +132,14 @@ def describe(name: str) -> str:
     return _loaded(name)[1]
 
 
+def through_operator(x: torch.Tensor) -> bool:
+    """Whether a kernel's layer must call its ``torch.ops.pkmixer`` operator rather than its eager autograd Function on
+    x: a tensor subclass (fake tensors, wrappers), JIT tracing and torch.compile see one opaque node whose forward and
+    backward choose the kernel or torch's operators themselves. (TorchScript, which cannot run this check, calls the
+    operator in a branch of its own.)"""
+    return type(x) is not torch.Tensor or torch.jit.is_tracing() or torch.compiler.is_compiling()
+
+
 def functorch_wrapped(x: torch.Tensor) -> bool:
     """Whether x is a torch.func transform's wrapper (vmap, grad), which has no storage for a kernel to read."""
     check = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)

@@ -262,7 +262,7 @@ def residual_gelu_norm(x: torch.Tensor, z: torch.Tensor, bias: torch.Tensor, tok
     if torch.jit.is_scripting():
         y, u, _, _ = torch.ops.pkmixer.residual_gelu_norm(x, z, bias, token_bias, weight, beta, eps, sequence_first)
         return y, u
-    if type(x) is not torch.Tensor or torch.jit.is_tracing() or torch.compiler.is_compiling():
+    if kernels.through_operator(x):
         y, u, _, _ = torch.ops.pkmixer.residual_gelu_norm(x, z, bias, token_bias, weight, beta, eps, sequence_first)
         return y, u
     if not kernels.functorch_wrapped(x) and kernel_applies(x, z, bias, weight, beta, token_bias, sequence_first):

@@ -140,7 +140,7 @@ def narrow_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     (module docstring)."""
     if torch.jit.is_scripting():
         return torch.ops.pkmixer.narrow_linear(x, weight)
-    if type(x) is not torch.Tensor or torch.jit.is_tracing() or torch.compiler.is_compiling():
+    if kernels.through_operator(x):
         return torch.ops.pkmixer.narrow_linear(x, weight)
     if not kernels.functorch_wrapped(x) and kernel_applies(x, weight):
         return _NarrowLinear.apply(x, weight)

@@ -182,7 +182,7 @@ def narrow_layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     (module docstring)."""
     if torch.jit.is_scripting():
         return torch.ops.pkmixer.narrow_layer_norm(x, weight, bias, eps)
-    if type(x) is not torch.Tensor or torch.jit.is_tracing() or torch.compiler.is_compiling():
+    if kernels.through_operator(x):
         return torch.ops.pkmixer.narrow_layer_norm(x, weight, bias, eps)
     if not kernels.functorch_wrapped(x) and kernel_applies(x, weight, bias):
         return _NarrowLayerNormFunction.apply(x, weight, bias, eps)
