@@ -25,10 +25,11 @@ Own products: the small CIFAR S-Mixer (S = C = 64, patch 4 on 32 px, 8 blocks, b
 product of one training step (mm, addmm, bmm, baddbmm, forward and backward) is recorded with its operands' shapes
 and strides (``TorchDispatchMode``), and replayed alone on fresh tensors of the same layout; the step's time over
 the replay's, timed in the same loop (the median of their ratios round by round), is how far the rest of the step
-(norms, activations, sums, copies, the optimizer) takes it from the time its products need. Beside them: the same step with the sublayers run as modules,
-and the replay followed by the element-wise floor (:func:`element_wise_floor`), the least time any fusion of the
-element-wise work around these products could take. Where the step's time goes (:class:`StepParts`): its products
-as they run inside it and the fused kernel's calls, timed in the same loop, and the rest of the step.
+(norms, activations, sums, copies, the optimizer) takes it from the time its products need. Beside them: the same
+step with the sublayers run as modules, and the replay followed by the element-wise floor
+(:func:`element_wise_floor`), the least time any fusion of the element-wise work around these products could take.
+Where the step's time goes (:class:`StepParts`): its products as they run inside it and the fused kernel's calls,
+timed in the same loop, and the rest of the step.
 """
 from __future__ import annotations
 

@@ -298,9 +298,10 @@ def markdown(result: dict) -> str:
         lines += ["", f"{own['model']} ({own['depth']} blocks, batch {own['batch']}): training step "
                   f"{_ms(own['times']['step'])} ms (sublayers run as modules: "
                   f"{_ms(own['times'].get('plain sublayers'))} ms), its {own['products']} matrix products replayed "
-                  f"alone {_ms(own['times']['products'])} ms; step / products {_x_quartiles(own, 'step_over_products')} (round "
-                  f"by round; as modules {_x(own.get('plain_over_products'))}). The products followed by the element-wise floor "
-                  "(the bytes the fused sublayers read and write, moved by torch's copy and add alone) take "
+                  f"alone {_ms(own['times']['products'])} ms; step / products "
+                  f"{_x_quartiles(own, 'step_over_products')} (round by round; as modules "
+                  f"{_x(own.get('plain_over_products'))}). The products followed by the element-wise floor (the "
+                  "bytes the fused sublayers read and write, moved by torch's copy and add alone) take "
                   f"{_ms(own['times'].get('products + floor'))} ms, {_x(own.get('floor_over_products'))} the "
                   "products': no fusion of the element-wise work around these products can bring the step below "
                   "that."]
