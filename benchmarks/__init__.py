@@ -17,5 +17,7 @@
 and writes one JSON file and one Markdown file per run. Method (:mod:`benchmarks.common`): every figure is the
 median of several timed repeats after warm-up, and the cases compared with each other are timed round-robin
 in one loop, so that load from other processes falls on all of them alike; every comparison is a ratio of
-medians from the same loop. Peak memory is measured in a fresh subprocess per case (:mod:`benchmarks.memprobe`).
+medians from the same loop, or (section n) the median of the ratios round by round. Peak memory is measured in a
+fresh subprocess per case (:mod:`benchmarks.memprobe`). ``python -m benchmarks.kernel_counts`` counts the
+instructions the fused sublayers' kernel runs per vector under valgrind (no timing; not a section).
 """

@@ -12,6 +12,7 @@ import copy
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -738,3 +739,31 @@ def test_kernel_build_says_why_it_is_unavailable(monkeypatch, tmp_path):
         assert kernels.load("layer_norm") is not None
         assert [p.suffix for p in (tmp_path / "fresh").iterdir()] == [".so"]
     kernels._loaded.cache_clear()
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None or shutil.which("objdump") is None,
+                    reason="needs valgrind and objdump")
+def test_kernel_counts_adds_up_the_instructions_by_kind(tmp_path, monkeypatch):
+    """benchmarks.kernel_counts on two small layouts: every instruction in one kind, vector arithmetic in both entry
+    points, the packed rows' forward with more instructions per vector than rows of 64 channels; the JSON written
+    once (a second run onto it: exit 2, the file unchanged); a missing tool: one line, exit 2."""
+    sys.path.insert(0, ROOT)
+    try:
+        from benchmarks import kernel_counts
+    finally:
+        sys.path.remove(ROOT)
+    monkeypatch.setattr(kernel_counts, "LAYOUTS", ((64, 64, 0), (8, 512, 0)))
+    out = tmp_path / "counts.json"
+    assert kernel_counts.main(["--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    for row in rows:
+        for direction in ("forward", "backward"):
+            counted = row[direction]
+            assert sum(counted["by_kind"].values()) == counted["instructions"] > 0
+            assert counted["by_kind"]["vector arithmetic"] > 0
+    wide, packed = (row["forward"]["instructions"] / row["vectors"] for row in rows)
+    assert packed > wide
+    before = out.read_text()
+    assert kernel_counts.main(["--out", str(out)]) == 2 and out.read_text() == before
+    monkeypatch.setattr(kernel_counts.shutil, "which", lambda tool: None if tool == "valgrind" else "/bin/true")
+    assert kernel_counts.main([]) == 2
