@@ -8,8 +8,8 @@ stores and moves, the rest (scalar, integer, branches), and calls into the C lib
 the stream's floats in vectors of the build's width (8 floats below AVX-512, 16 with it). Unlike a timing, a count
 does not depend on the machine's load or clock: it says what the code does per number, the same on every run of a
 build (docs/performance.md, section (n)). The layouts are the streams of section (n)'s models: the CIFAR S-Mixer's
-(128, 64, 64) with a channel and a token bias, the square grid model's (128, 32, 32), the (8, 87) and (4, 126)
-grid models' packed rows.
+(128, 64, 64) with a channel and a token bias, the square grid model's (128, 32, 32), and the (8, 87) and (4, 126)
+grid models' packed rows, with a channel bias and with the token bias of their sequence-first stream.
 
 Needs the C compiler, valgrind and objdump; where one is missing, one line on stderr and exit 2.
 """
@@ -28,15 +28,17 @@ from pathlib import Path
 
 from pkmixer import kernels
 
-# (n, rows, period): period 0 for a channel bias, S for a token bias (one per row of a (B, S, C) stream)
-LAYOUTS = ((64, 8192, 0), (64, 8192, 64), (32, 4096, 0), (8, 11136, 0), (4, 16128, 0))
+# (n, rows, period, repeat): period 0 for a channel bias, S for a token bias, one per row of a (B, S, C) stream
+# (repeat 1) or per run of B rows of the sequence-first (S, B, C) stream of a narrow S-Mixer (repeat B)
+LAYOUTS = ((64, 8192, 0, 1), (64, 8192, 64, 1), (32, 4096, 0, 1), (8, 11136, 0, 1), (8, 11136, 87, 128),
+           (4, 16128, 0, 1), (4, 16128, 126, 128))
 ENTRY_POINTS = {"forward": "pkmixer_residual_gelu_norm_forward", "backward": "pkmixer_residual_gelu_norm_backward"}
 
 DRIVER = r"""
 #include <stdlib.h>
 int main(int argc, char** argv) {
-    if (argc != 4) return 2;
-    const ptrdiff_t n = atoi(argv[1]), rows = atoi(argv[2]), period = atoi(argv[3]);
+    if (argc != 5) return 2;
+    const ptrdiff_t n = atoi(argv[1]), rows = atoi(argv[2]), period = atoi(argv[3]), repeat = atoi(argv[4]);
     const size_t count = (size_t)rows * (size_t)n;
     float* s[8]; /* x, z, y, u, gy, gu, gx, gz */
     for (int i = 0; i < 8; ++i) {
@@ -47,11 +49,11 @@ int main(int argc, char** argv) {
     static float bias[2048], weight[2048], beta[2048], gweight[2048], gbeta[2048], gbias[2048];
     for (int i = 0; i < 2048; ++i) bias[i] = 0.1f, weight[i] = 1.0f, beta[i] = 0.0f;
     if (!mean || !rstd) return 1;
-    if (pkmixer_residual_gelu_norm_forward(s[0], s[1], bias, period, 1, weight, beta, s[2], s[3], mean, rstd, rows, n,
-                                           1e-6f))
+    if (pkmixer_residual_gelu_norm_forward(s[0], s[1], bias, period, repeat, weight, beta, s[2], s[3], mean, rstd,
+                                           rows, n, 1e-6f))
         return 1;
-    return pkmixer_residual_gelu_norm_backward(s[4], s[5], s[2], mean, rstd, weight, s[1], bias, period, 1, s[6],
-                                               s[7], gweight, gbeta, gbias, rows, n);
+    return pkmixer_residual_gelu_norm_backward(s[4], s[5], s[2], mean, rstd, weight, s[1], bias, period, repeat,
+                                               s[6], s[7], gweight, gbeta, gbias, rows, n);
 }
 """
 
@@ -132,14 +134,14 @@ def instructions(profile: Path) -> collections.Counter:
     return counts
 
 
-def count(driver: Path, n: int, rows: int, period: int, directory: Path, names: dict[int, str]) -> dict:
-    """Per entry point: instructions in all, per vector of the stream, and per vector by kind."""
+def count(driver: Path, layout: tuple[int, int, int, int], directory: Path, names: dict[int, str]) -> dict:
+    """Per entry point: the instructions executed, in all and by kind."""
     out = {}
     for direction, entry in ENTRY_POINTS.items():
-        profile = directory / f"{direction}-{n}-{rows}-{period}.out"
+        profile = directory / f"{direction}-{'-'.join(map(str, layout))}.out"
         subprocess.run([_need("valgrind"), "--tool=callgrind", f"--toggle-collect={entry}", "--dump-instr=yes",
-                        "--dump-line=no", f"--callgrind-out-file={profile}", str(driver), str(n), str(rows),
-                        str(period)], capture_output=True, check=True)
+                        "--dump-line=no", f"--callgrind-out-file={profile}", str(driver), *map(str, layout)],
+                       capture_output=True, check=True)
         by_kind: collections.Counter = collections.Counter()
         for address, executed in instructions(profile).items():
             by_kind[_kind(names.get(address))] += executed
@@ -161,19 +163,20 @@ def main(argv: list[str] | None = None) -> int:
             directory = Path(tmp)
             driver, width = build(directory)
             names = mnemonics(driver)
-            print(f"{'(n, rows, bias)':<26} {'per vector of ' + str(width) + ' floats: forward':>36}  backward")
-            for n, rows, period in LAYOUTS:
-                counted = count(driver, n, rows, period, directory, names)
+            print(f"{'(n, rows, bias, repeat)':<32} {'per vector of ' + str(width) + ' floats: forward':>36}  "
+                  "backward")
+            for n, rows, period, repeat in LAYOUTS:
+                counted = count(driver, (n, rows, period, repeat), directory, names)
                 vectors = rows * n / width
-                row = {"n": n, "rows": rows, "bias": "token" if period else "channel", "floats_per_vector": width,
-                       "vectors": vectors, **counted}
+                row = {"n": n, "rows": rows, "bias": "token" if period else "channel", "repeat": repeat,
+                       "floats_per_vector": width, "vectors": vectors, **counted}
                 rows_out.append(row)
                 cells = []
                 for direction in ENTRY_POINTS:
                     c = counted[direction]
                     arithmetic = c["by_kind"].get("vector arithmetic", 0)
                     cells.append(f"{c['instructions'] / vectors:6.1f} ({arithmetic / vectors:5.1f} arithmetic)")
-                print(f"{str((n, rows, row['bias'])):<26} {cells[0]:>36}  {cells[1]}")
+                print(f"{str((n, rows, row['bias'], repeat)):<32} {cells[0]:>36}  {cells[1]}")
     except SystemExit as exc:
         if exc.code is None or isinstance(exc.code, int):
             raise

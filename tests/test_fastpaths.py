@@ -752,7 +752,7 @@ def test_kernel_counts_adds_up_the_instructions_by_kind(tmp_path, monkeypatch):
         from benchmarks import kernel_counts
     finally:
         sys.path.remove(ROOT)
-    monkeypatch.setattr(kernel_counts, "LAYOUTS", ((64, 64, 0), (8, 512, 0)))
+    monkeypatch.setattr(kernel_counts, "LAYOUTS", ((64, 64, 0, 1), (8, 512, 16, 32)))
     out = tmp_path / "counts.json"
     assert kernel_counts.main(["--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]

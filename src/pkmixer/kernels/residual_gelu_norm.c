@@ -485,45 +485,56 @@ static inline __attribute__((always_inline)) void put_some(float* p, ptrdiff_t c
         for (ptrdiff_t l = 0; l < count; ++l) p[l] = v[l];
 }
 
+/* get_some and put_some where `full` (a constant where inlined) says that count >= VEC. */
+static inline __attribute__((always_inline)) vec_t get(const float* p, ptrdiff_t count, const int full) {
+    return full ? loadv(p) : get_some(p, count);
+}
+
+static inline __attribute__((always_inline)) void put(float* p, ptrdiff_t count, vec_t v, const int full) {
+    if (full) storev(p, v);
+    else put_some(p, count, v);
+}
+
 static inline __attribute__((always_inline)) int packs(ptrdiff_t n) { return n == 4 || n == 8; }
 
-/* The lane shuffles of a packing of rows of n channels, VEC / n to a vector. */
+/* The lane shuffles of rows of n channels packed VEC / n to a vector (n a constant where the functions below are
+ * inlined), made once per call: partner[i][k] = k xor 2^i; row_of[k] = k / n, the row lane k holds. */
 typedef struct {
-    int n, levels;  /* levels: log2 n */
-    float inverse;  /* 1 / n, exact: multiplying by it is dividing by n */
-    ivec_t partner[3]; /* partner[i][k] = k xor 2^i */
-    ivec_t row_of;     /* lane k holds row k / n of the vector */
-    ivec_t first;      /* the first lane of row k: k n (k < VEC / n) */
-} packing_t;
+    ivec_t partner[3], row_of;
+} lanes_t;
 
-static packing_t packing(int n) {
-    packing_t p;
-    p.n = n;
-    p.levels = n == 8 ? 3 : 2;
-    p.inverse = 1.0f / (float)n;
+static lanes_t lanes(int n) {
+    lanes_t p;
     for (int k = 0; k < VEC; ++k) {
         for (int i = 0; i < 3; ++i) p.partner[i][k] = k ^ (1 << i);
         p.row_of[k] = k / n;
-        p.first[k] = k < VEC / n ? k * n : 0;
     }
     return p;
 }
 
-/* Each lane's sum over its row's n lanes, in every lane of the row. */
-static inline __attribute__((always_inline)) vec_t row_sums(vec_t v, const packing_t* p) {
-    for (int i = 0; i < p->levels; ++i) v = v + __builtin_shuffle(v, p->partner[i]);
+/* Each lane's sum over its row's n lanes, in every lane of the row (a butterfly: lane k with lane k xor 1, then
+ * k xor 2, ...); per-row values[0 .. count) spread over the lanes of their rows; one lane of each row into
+ * values[0 .. count), at most VEC / n of them. */
+static inline __attribute__((always_inline)) vec_t row_sums(vec_t v, const lanes_t* p, const int n) {
+    for (int i = 0; (1 << i) < n; ++i) v = v + __builtin_shuffle(v, p->partner[i]);
     return v;
 }
 
-/* Per-row values[0 .. count) spread over the lanes of their rows. */
-static inline __attribute__((always_inline)) vec_t spread(const float* values, ptrdiff_t count, const packing_t* p) {
+static inline __attribute__((always_inline)) vec_t spread(const float* values, ptrdiff_t count, const lanes_t* p,
+                                                          const int n, const int full) {
+    if (full) { /* the vector's VEC / n rows all there: a broadcast of each (a partial load would reach the shuffle
+                 * through memory, a stall) */
+        vec_t v = splat(values[0]);
+        for (int r = 1; r < VEC / n; ++r) v = select(p->row_of == r, splat(values[r]), v);
+        return v;
+    }
     return __builtin_shuffle(get_some(values, count), p->row_of);
 }
 
-/* One lane of each row of v into values[0 .. count) (at most VEC / n). */
-static inline __attribute__((always_inline)) void gather_rows(float* values, ptrdiff_t count, vec_t v,
-                                                              const packing_t* p) {
-    put_some(values, count < VEC / p->n ? count : VEC / p->n, __builtin_shuffle(v, p->first));
+static inline __attribute__((always_inline)) void gather_rows(float* values, ptrdiff_t count, vec_t v, const int n,
+                                                              const int full) {
+    const ptrdiff_t here = full || count >= VEC / n ? VEC / n : count;
+    for (ptrdiff_t k = 0; k < here; ++k) values[k] = v[k * n];
 }
 
 /* The bias of every element of a period of the stream (period rows, or one row for a channel bias), repeated so that
@@ -541,136 +552,199 @@ static void bias_plane(float* plane, const float* bias, ptrdiff_t period, ptrdif
  * the walk `tok` moved past them: one token's bias in every lane where the rows have one token, as they mostly
  * do, else each row's spread over its lanes. */
 static inline __attribute__((always_inline)) vec_t bias_of_runs(const float* bias, tokens_t* tok, ptrdiff_t here,
-                                                                const packing_t* p) {
+                                                                const lanes_t* p, const int n) {
     if (tok->within + here < tok->repeat) {
         tok->within += here;
         return splat(bias[tok->token]);
     }
     float values[VEC];
     for (ptrdiff_t k = 0; k < here; ++k, next_row(tok)) values[k] = bias[tok->token];
-    return spread(values, here, p);
+    return spread(values, here, p, n, 0);
+}
+
+/* What a walk over packed rows reads and writes, and where it is: the next vector's offset in the bias plane and
+ * the bias's walk over tokens at the next vector's first row. */
+typedef struct {
+    const float *x, *z, *bias, *plane, *gy, *gu, *y, *mean, *rstd;
+    float *out_y, *u, *out_mean, *out_rstd, *gx, *gz;
+    ptrdiff_t rows, total_floats, length, period;
+    int planar; /* the bias from the plane, else from the runs of rows */
+    lanes_t lanes;
+    vec_t w, be;
+    float eps;
+    ptrdiff_t at, advance; /* advance: VEC mod length, the step of `at` from one vector to the next */
+    tokens_t tok;
+} packed_t;
+
+/* The bias of a packed walk's next vector, whose first row is r0 (moving the walk past it). */
+static inline __attribute__((always_inline)) vec_t packed_bias(packed_t* a, ptrdiff_t r0, const int n) {
+    const ptrdiff_t per = VEC / n;
+    const vec_t b = a->planar ? loadv(a->plane + a->at)
+                              : bias_of_runs(a->bias, &a->tok, a->rows - r0 < per ? a->rows - r0 : per, &a->lanes, n);
+    a->at += a->advance;
+    if (a->at >= a->length) a->at -= a->length;
+    return b;
+}
+
+/* GROUP vectors of the forward from float f0 (row r00) side by side, each step for all of them before the next, so
+ * that their chains overlap; `full` (a constant where inlined): all GROUP vectors are whole. */
+static inline __attribute__((always_inline)) void forward_group(packed_t* a, ptrdiff_t f0, ptrdiff_t r00, const int n,
+                                                                const int full) {
+    const ptrdiff_t per = VEC / n, total = a->total_floats;
+    const int g = full ? GROUP : (int)((total - f0 + VEC - 1) / VEC);
+    vec_t v[GROUP], m[GROUP], d[GROUP], rs[GROUP];
+    ahead(a->x, f0 + AHEAD * 16, GROUP * VEC, total);
+    ahead(a->z, f0 + AHEAD * 16, GROUP * VEC, total);
+    for (int i = 0; i < g; ++i) {
+        const ptrdiff_t f = f0 + i * VEC;
+        v[i] = get(a->z + f, total - f, full) + packed_bias(a, r00 + i * per, n);
+    }
+    for (int i = g; i < GROUP; ++i) v[i] = splat(0.0f);
+    gelu(v, GROUP);
+    for (int i = 0; i < g; ++i) v[i] = get(a->x + f0 + i * VEC, total - f0 - i * VEC, full) + v[i];
+    for (int i = 0; i < g; ++i) put(a->out_y + f0 + i * VEC, total - f0 - i * VEC, v[i], full);
+    for (int i = 0; i < g; ++i) m[i] = row_sums(v[i], &a->lanes, n) * (1.0f / (float)n), d[i] = v[i] - m[i];
+    for (int i = 0; i < g; ++i)
+        rs[i] = 1.0f / vsqrt(row_sums(d[i] * d[i], &a->lanes, n) * (1.0f / (float)n) + a->eps);
+    for (int i = 0; i < g; ++i) {
+        const ptrdiff_t f = f0 + i * VEC, r0 = r00 + i * per;
+        put(a->u + f, total - f, d[i] * rs[i] * a->w + a->be, full);
+        if (a->out_mean) gather_rows(a->out_mean + r0, a->rows - r0, m[i], n, full);
+        if (a->out_rstd) gather_rows(a->out_rstd + r0, a->rows - r0, rs[i], n, full);
+    }
+}
+
+static inline __attribute__((always_inline)) void forward_packed_of(packed_t* a, const int n) {
+    const ptrdiff_t per = VEC / n, total = a->total_floats;
+    ptrdiff_t f0 = 0, r00 = 0;
+    for (; f0 + GROUP * VEC <= total; f0 += GROUP * VEC, r00 += GROUP * per) forward_group(a, f0, r00, n, 1);
+    if (f0 < total) forward_group(a, f0, r00, n, 0);
 }
 
 static int forward_packed(const float* x, const float* z, const float* bias, ptrdiff_t period, ptrdiff_t repeat,
                           const float* weight, const float* beta, float* y, float* u, float* mean, float* rstd,
                           ptrdiff_t rows, int n, float eps) {
-    const ptrdiff_t length = (period ? period : 1) * n, total_floats = rows * n, per = VEC / n;
+    const ptrdiff_t length = (period ? period : 1) * n;
     if (length > MAX_VECS * VEC) return 1;
-    const packing_t pk = packing(n);
-    const int planar = !period || repeat == 1; /* the bias from the plane, else from the runs of rows */
     float plane[MAX_VECS * VEC + VEC];
-    if (planar) bias_plane(plane, bias, period, n);
-    vec_t w, be;
-    for (int k = 0; k < VEC; ++k) w[k] = weight[k % n], be[k] = beta[k % n];
-    tokens_t tok = tokens_from_start(period, repeat);
-    ptrdiff_t at = 0; /* the next vector's offset in the plane */
-    for (ptrdiff_t f0 = 0, r00 = 0; f0 < total_floats; f0 += GROUP * VEC, r00 += GROUP * per) {
-        /* GROUP vectors side by side, each step for all of them before the next, so that their chains overlap */
-        const int g = total_floats - f0 < GROUP * VEC ? (int)((total_floats - f0 + VEC - 1) / VEC) : GROUP;
-        vec_t v[GROUP], m[GROUP], d[GROUP], rs[GROUP];
-        ahead(x, f0 + AHEAD * 16, GROUP * VEC, total_floats);
-        ahead(z, f0 + AHEAD * 16, GROUP * VEC, total_floats);
-        for (int i = 0; i < g; ++i, at = wrap(at + VEC, length)) {
-            const ptrdiff_t f = f0 + i * VEC, r0 = r00 + i * per, count = total_floats - f;
-            const vec_t b = planar ? loadv(plane + at)
-                                   : bias_of_runs(bias, &tok, rows - r0 < per ? rows - r0 : per, &pk);
-            v[i] = get_some(z + f, count) + b;
-        }
-        for (int i = g; i < GROUP; ++i) v[i] = splat(0.0f);
-        gelu(v, GROUP);
-        for (int i = 0; i < g; ++i) v[i] = get_some(x + f0 + i * VEC, total_floats - f0 - i * VEC) + v[i];
-        for (int i = 0; i < g; ++i) put_some(y + f0 + i * VEC, total_floats - f0 - i * VEC, v[i]);
-        for (int i = 0; i < g; ++i) m[i] = row_sums(v[i], &pk) * pk.inverse, d[i] = v[i] - m[i];
-        for (int i = 0; i < g; ++i) rs[i] = 1.0f / vsqrt(row_sums(d[i] * d[i], &pk) * pk.inverse + eps);
-        for (int i = 0; i < g; ++i) {
-            const ptrdiff_t f = f0 + i * VEC, r0 = r00 + i * per;
-            put_some(u + f, total_floats - f, d[i] * rs[i] * w + be);
-            if (mean) gather_rows(mean + r0, rows - r0, m[i], &pk);
-            if (rstd) gather_rows(rstd + r0, rows - r0, rs[i], &pk);
+    packed_t a = {.x = x, .z = z, .bias = bias, .plane = plane, .out_y = y, .u = u, .out_mean = mean,
+                  .out_rstd = rstd, .rows = rows, .total_floats = rows * n, .length = length, .period = period,
+                  .planar = !period || repeat == 1, .lanes = lanes(n), .eps = eps, .at = 0, .advance = VEC % length,
+                  .tok = tokens_from_start(period, repeat)};
+    if (a.planar) bias_plane(plane, bias, period, n);
+    for (int k = 0; k < VEC; ++k) a.w[k] = weight[k % n], a.be[k] = beta[k % n];
+    if (n == 8)
+        forward_packed_of(&a, 8);
+    else
+        forward_packed_of(&a, 4);
+    return 0;
+}
+
+/* The backward's sums over a block of packed vectors, by lane, and over everything, in double. */
+typedef struct {
+    vec_t bw, bbe, bb;
+    double accw[VEC], accbe[VEC], accb[MAX_VECS * VEC];
+    tokens_t summed; /* the token bias gradient's walk, at the next vector's first row */
+} packed_sums_t;
+
+/* GROUP vectors of the backward from float f0 (row r00) side by side, each step for all of them before the next;
+ * sums in the vectors' order; `full` as in forward_group. */
+static inline __attribute__((always_inline)) void backward_group(packed_t* a, packed_sums_t* sums, ptrdiff_t f0,
+                                                                 ptrdiff_t r00, const int n, const int full) {
+    const ptrdiff_t per = VEC / n, total = a->total_floats, rows = a->rows;
+    const int g = full ? GROUP : (int)((total - f0 + VEC - 1) / VEC);
+    vec_t g0[GROUP], h[GROUP], gk[GROUP], t[GROUP];
+    ahead(a->gu, f0 + AHEAD * 16, GROUP * VEC, total);
+    ahead(a->y, f0 + AHEAD * 16, GROUP * VEC, total);
+    ahead(a->z, f0 + AHEAD * 16, GROUP * VEC, total);
+    ahead(a->gy, f0 + AHEAD * 16, GROUP * VEC, total);
+    for (int i = 0; i < g; ++i) {
+        const ptrdiff_t f = f0 + i * VEC, r0 = r00 + i * per, count = total - f;
+        const vec_t m = spread(a->mean + r0, rows - r0, &a->lanes, n, full);
+        const vec_t rs = spread(a->rstd + r0, rows - r0, &a->lanes, n, full);
+        g0[i] = get(a->gu + f, count, full);
+        h[i] = (get(a->y + f, count, full) - m) * rs; /* x-hat */
+        const vec_t gh = g0[i] * a->w;                /* gradient of x-hat */
+        const vec_t c1 = row_sums(gh, &a->lanes, n) * (1.0f / (float)n);
+        const vec_t c2 = row_sums(gh * h[i], &a->lanes, n) * (1.0f / (float)n);
+        gk[i] = ((gh - c1) - h[i] * c2) * rs;
+        if (a->gy) gk[i] = get(a->gy + f, count, full) + gk[i];
+    }
+    for (int i = 0; i < g; ++i) {
+        sums->bw += g0[i] * h[i];
+        sums->bbe += g0[i];
+    }
+    for (int i = 0; i < g; ++i) {
+        const ptrdiff_t f = f0 + i * VEC, count = total - f;
+        put(a->gx + f, count, gk[i], full);
+        t[i] = get(a->z + f, count, full) + packed_bias(a, r00 + i * per, n);
+    }
+    for (int i = g; i < GROUP; ++i) t[i] = splat(0.0f);
+    gelu_grad(t, GROUP);
+    for (int i = 0; i < g; ++i) {
+        const ptrdiff_t f = f0 + i * VEC;
+        t[i] = gk[i] * t[i];
+        put(a->gz + f, total - f, t[i], full);
+    }
+    for (int i = 0; i < g; ++i) {
+        const ptrdiff_t r0 = r00 + i * per, here = rows - r0 < per ? rows - r0 : per;
+        if (a->period) {
+            float row_totals[VEC];
+            gather_rows(row_totals, per, row_sums(t[i], &a->lanes, n), n, 1);
+            for (ptrdiff_t k = 0; k < here; ++k, next_row(&sums->summed))
+                sums->accb[sums->summed.token] += row_totals[k];
+        } else {
+            sums->bb += t[i];
         }
     }
-    return 0;
+}
+
+static inline __attribute__((always_inline)) void backward_packed_of(packed_t* a, packed_sums_t* sums, const int n) {
+    const ptrdiff_t per = VEC / n, total = a->total_floats;
+    ptrdiff_t f0 = 0, r00 = 0;
+    while (f0 < total) {
+        sums->bw = sums->bbe = sums->bb = splat(0.0f); /* this block's sums, by lane */
+        for (int i0 = 0; i0 < BLOCK && f0 < total; i0 += GROUP, f0 += GROUP * VEC, r00 += GROUP * per)
+            if (f0 + GROUP * VEC <= total)
+                backward_group(a, sums, f0, r00, n, 1);
+            else
+                backward_group(a, sums, f0, r00, n, 0);
+        for (int k = 0; k < VEC; ++k) {
+            sums->accw[k] += sums->bw[k];
+            sums->accbe[k] += sums->bbe[k];
+            sums->accb[k] += a->period ? 0.0 : sums->bb[k];
+        }
+    }
 }
 
 static int backward_packed(const float* gy, const float* gu, const float* y, const float* mean, const float* rstd,
                            const float* weight, const float* z, const float* bias, ptrdiff_t period, ptrdiff_t repeat,
                            float* gx, float* gz, float* gweight, float* gbeta, float* gbias, ptrdiff_t rows, int n) {
-    double accw[VEC] = {0}, accbe[VEC] = {0}, accb[MAX_VECS * VEC] = {0};
-    const ptrdiff_t length = (period ? period : 1) * n, total_floats = rows * n, per = VEC / n;
+    const ptrdiff_t length = (period ? period : 1) * n;
     if (length > MAX_VECS * VEC || period > MAX_VECS * VEC) return 1;
-    const packing_t pk = packing(n);
-    const int planar = !period || repeat == 1; /* as forward_packed */
     float plane[MAX_VECS * VEC + VEC];
-    if (planar) bias_plane(plane, bias, period, n);
-    vec_t w;
-    for (int k = 0; k < VEC; ++k) w[k] = weight[k % n];
-    tokens_t tok = tokens_from_start(period, repeat);    /* the bias's walk, at the next vector's first row */
-    tokens_t summed = tokens_from_start(period, repeat); /* the token bias gradient's walk, likewise */
-    ptrdiff_t f0 = 0, r00 = 0, at = 0;
-    while (f0 < total_floats) {
-        vec_t bw = splat(0.0f), bbe = splat(0.0f), bb = splat(0.0f); /* this block's sums, by lane */
-        for (int i0 = 0; i0 < BLOCK && f0 < total_floats; i0 += GROUP, f0 += GROUP * VEC, r00 += GROUP * per) {
-            /* GROUP vectors side by side, each step for all of them before the next; sums in the vectors' order */
-            const int g = total_floats - f0 < GROUP * VEC ? (int)((total_floats - f0 + VEC - 1) / VEC) : GROUP;
-            vec_t g0[GROUP], h[GROUP], gk[GROUP], t[GROUP];
-            ahead(gu, f0 + AHEAD * 16, GROUP * VEC, total_floats);
-            ahead(y, f0 + AHEAD * 16, GROUP * VEC, total_floats);
-            ahead(z, f0 + AHEAD * 16, GROUP * VEC, total_floats);
-            ahead(gy, f0 + AHEAD * 16, GROUP * VEC, total_floats);
-            for (int i = 0; i < g; ++i) {
-                const ptrdiff_t f = f0 + i * VEC, r0 = r00 + i * per, count = total_floats - f;
-                const vec_t m = spread(mean + r0, rows - r0, &pk), rs = spread(rstd + r0, rows - r0, &pk);
-                g0[i] = get_some(gu + f, count);
-                h[i] = (get_some(y + f, count) - m) * rs; /* x-hat */
-                const vec_t gh = g0[i] * w; /* gradient of x-hat */
-                const vec_t c1 = row_sums(gh, &pk) * pk.inverse, c2 = row_sums(gh * h[i], &pk) * pk.inverse;
-                gk[i] = ((gh - c1) - h[i] * c2) * rs;
-                if (gy) gk[i] = get_some(gy + f, count) + gk[i];
-            }
-            for (int i = 0; i < g; ++i) {
-                bw += g0[i] * h[i];
-                bbe += g0[i];
-            }
-            for (int i = 0; i < g; ++i, at = wrap(at + VEC, length)) {
-                const ptrdiff_t f = f0 + i * VEC, r0 = r00 + i * per, count = total_floats - f;
-                put_some(gx + f, count, gk[i]);
-                const vec_t b = planar ? loadv(plane + at)
-                                       : bias_of_runs(bias, &tok, rows - r0 < per ? rows - r0 : per, &pk);
-                t[i] = get_some(z + f, count) + b;
-            }
-            for (int i = g; i < GROUP; ++i) t[i] = splat(0.0f);
-            gelu_grad(t, GROUP);
-            for (int i = 0; i < g; ++i) {
-                const ptrdiff_t f = f0 + i * VEC;
-                t[i] = gk[i] * t[i];
-                put_some(gz + f, total_floats - f, t[i]);
-            }
-            for (int i = 0; i < g; ++i) {
-                const ptrdiff_t r0 = r00 + i * per, here = rows - r0 < per ? rows - r0 : per;
-                if (period) {
-                    float sums[VEC];
-                    gather_rows(sums, per, row_sums(t[i], &pk), &pk);
-                    for (ptrdiff_t k = 0; k < here; ++k, next_row(&summed)) accb[summed.token] += sums[k];
-                } else {
-                    bb += t[i];
-                }
-            }
-        }
-        for (int k = 0; k < VEC; ++k) {
-            accw[k] += bw[k];
-            accbe[k] += bbe[k];
-            accb[k] += period ? 0.0 : bb[k];
-        }
-    }
+    packed_t a = {.z = z, .bias = bias, .plane = plane, .gy = gy, .gu = gu, .y = y, .mean = mean, .rstd = rstd,
+                  .gx = gx, .gz = gz, .rows = rows, .total_floats = rows * n, .length = length, .period = period,
+                  .planar = !period || repeat == 1, .lanes = lanes(n), .at = 0, .advance = VEC % length,
+                  .tok = tokens_from_start(period, repeat)};
+    if (a.planar) bias_plane(plane, bias, period, n);
+    for (int k = 0; k < VEC; ++k) a.w[k] = weight[k % n];
+    packed_sums_t sums;
+    memset(&sums, 0, sizeof sums);
+    sums.summed = tokens_from_start(period, repeat);
+    if (n == 8)
+        backward_packed_of(&a, &sums, 8);
+    else
+        backward_packed_of(&a, &sums, 4);
     for (int j = 0; j < n; ++j) {
         double sw = 0.0, sbe = 0.0, sb = 0.0;
-        for (int k = j; k < VEC; k += n) sw += accw[k], sbe += accbe[k], sb += accb[k];
+        for (int k = j; k < VEC; k += n) sw += sums.accw[k], sbe += sums.accbe[k], sb += sums.accb[k];
         gweight[j] = (float)sw;
         gbeta[j] = (float)sbe;
         if (!period) gbias[j] = (float)sb;
     }
     if (period)
-        for (ptrdiff_t j = 0; j < period; ++j) gbias[j] = (float)accb[j];
+        for (ptrdiff_t j = 0; j < period; ++j) gbias[j] = (float)sums.accb[j];
     return 0;
 }
 
