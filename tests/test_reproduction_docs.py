@@ -167,3 +167,23 @@ def test_paper_scale_settings_table_matches_the_presets():
     start = text.index("| preset | data | optimiser |")
     table = [line for line in text[start:].split("\n\n")[0].splitlines()[2:]]
     assert table == _settings_rows()
+
+
+def test_the_demo_paragraph_cites_the_kept_run_of_make_demo():
+    """The demo's time, its runs' times and its verdict in "The demo" are those of the run kept in reproduction/demo/:
+    `time`'s real line in its log, the runs' wall times in its results.csv, the verdict row of its report."""
+    import csv
+
+    kept = Path(__file__).resolve().parents[1] / "reproduction" / "demo"
+    section = DOC.split("\n## The demo\n", 1)[1].split("\n## ", 1)[0].replace("\n", " ")
+    claim = re.search(r"took \*\*(\d+) min (\d+) s\*\* \(each run (\d+)-(\d+) s .*?\*\*(\w+)\*\*: slope of the error "
+                      r"on log₂ width ([+−-][\d.]+) points per doubling, 92 % interval (\[[^\]]+\])", section)
+    assert claim, "the demo paragraph no longer states the kept run's time and verdict"
+    minutes, seconds, fastest, slowest, outcome, estimate, interval = claim.groups()
+    real = re.search(r"^real\s+(\d+)m([\d.]+)s$", (kept / "make-demo.log").read_text(), re.M)
+    assert (int(minutes), int(seconds)) == (int(real.group(1)), round(float(real.group(2))))
+    walls = [float(r["wall_time"]) for r in csv.DictReader((kept / "results.csv").open())]
+    assert (int(fastest), int(slowest)) == (round(min(walls)), round(max(walls)))
+    row = next(line for line in (kept / "report.md").read_text().splitlines() if "error falls as the width grows |"
+               in line and line.startswith("| S-Mixer"))
+    assert f"| {estimate} points | 92 % {interval} points |" in row and row.endswith(f"**{outcome}** |")
